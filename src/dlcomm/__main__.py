@@ -1,0 +1,3 @@
+from dlcomm.cli import main
+
+raise SystemExit(main())

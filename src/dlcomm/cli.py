@@ -1,0 +1,161 @@
+"""The ``dlcomm`` command line: parses options, calls one function, prints or writes results.
+
+Errors reach the user as one line, ``dlcomm: error: ...``, with a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable
+
+import click
+
+from dlcomm import __version__
+from dlcomm.errors import DlcommError
+
+__all__ = ["main", "cli"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="dlcomm")
+def cli() -> None:
+    """dlcomm: the network layer of distributed deep-learning training.
+
+    Run training over pluggable gradient exchanges, emulate clusters on one machine,
+    and plan clusters that do not exist yet. Every command that measures writes one JSON
+    result (--json), schema in docs/results.md.
+    """
+
+
+def train_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The options of a training job, shared by ``train`` (launcher) and ``worker``."""
+    options = [
+        click.option("--config", "config_file", type=click.Path(dir_okay=False),
+                     help="JSON or TOML file of options (the command line overrides it)."),
+        click.option("--workload", help="Workload spec: digits-cnn, stdlib-lm, "
+                     "synthetic:tensors=4,numel=1M (see `dlcomm workloads list`)."),
+        click.option("--exchange", help="Gradient exchange spec (default: ring)."),
+        click.option("--epochs", type=int, help="Passes over the training set."),
+        click.option("--steps", type=int, help="Stop after this many steps."),
+        click.option("--batch-size", type=int, help="Examples per worker per step."),
+        click.option("--lr", type=float, help="Learning rate."),
+        click.option("--seed", type=int, help="Seed of model init, data order, data."),
+        click.option("--eval-every", type=int, help="Evaluate every N steps (0: each epoch)."),
+        click.option("--json", "json_path", help="Write the JSON result here."),
+        click.option("--plot", help="Write a PNG of loss and metric here."),
+        click.option("--master-addr", help="Rendezvous address (default 127.0.0.1)."),
+        click.option("--master-port", type=int, help="Rendezvous port (default: a free one)."),
+        click.option("--timeout-s", type=float, help="Deadline of collectives (s)."),
+        click.option("--threads", type=int, help="torch threads per worker (0: auto)."),
+        click.option("--quiet", is_flag=True, default=None, help="No progress bar or table."),
+        click.option("--fault", hidden=True, help="Fault injection: RANK:STEP:raise|exit|kill|hang."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _train_config(config_file: str | None, json_path: str | None, **cli_values: Any) -> Any:
+    from dlcomm.train.config import TrainConfig, load_config_file
+
+    file_values = load_config_file(config_file) if config_file else {}
+    return TrainConfig.from_sources(file_values, {**cli_values, "json": json_path})
+
+
+@cli.command()
+@click.option("--workers", type=int, help="Worker processes on this machine (default 4).")
+@click.option("--network", type=click.Choice(["loopback"]), help="Where workers run.")
+@train_options
+def train(**values: Any) -> None:
+    """Train a workload on N local workers (DDP over gloo, env:// rendezvous)."""
+    from dlcomm.exchange import EXCHANGES
+    from dlcomm.results import check_writable
+    from dlcomm.train.launcher import check_port_free, free_port, launch
+    from dlcomm.workloads import WORKLOADS
+
+    cfg = _train_config(**values)
+    WORKLOADS.check(cfg.workload)
+    EXCHANGES.check(cfg.exchange)
+    check_writable(cfg.json, "--json")
+    check_writable(cfg.plot, "--plot")
+    if cfg.master_port:
+        check_port_free(cfg.master_addr, cfg.master_port)
+        port = cfg.master_port
+    else:
+        port = free_port(cfg.master_addr)
+    launch(cfg.to_dict(), cfg.workers, cfg.master_addr, port)
+
+
+@cli.command()
+@train_options
+def worker(**values: Any) -> None:
+    """Run one training worker in place (under `dlcomm train`, torchrun or any env:// launcher).
+
+    \b
+    Example on two machines with four workers each:
+      torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d \\
+          --rdzv-endpoint HOST:29500 -m dlcomm worker --workload digits-cnn --json r.json
+    """
+    from dlcomm.train.worker import record_failure, run_worker
+
+    try:
+        cfg = _train_config(**values)
+        run_worker(cfg)
+    except BaseException as exc:
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        from dlcomm.train.runtime import ERROR_FILE_VAR
+        cause = record_failure(exc)
+        if os.environ.get(ERROR_FILE_VAR):
+            raise SystemExit(1) from exc  # the launcher reports the cause, once
+        raise DlcommError(f"rank {os.environ.get('RANK', '?')}: {cause}") from exc
+    # Leave without interpreter finalization: torch's gloo threads can abort the process
+    # ("terminate called without an active exception") when C++ statics are destroyed
+    # after the job's work is complete; everything the worker owns is flushed and closed.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+@cli.group()
+def workloads() -> None:
+    """The workload catalog."""
+
+
+@workloads.command("list")
+def workloads_list() -> None:
+    """List the trainable workloads."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from dlcomm.workloads import WORKLOADS
+
+    table = Table("name", "description", title="trainable workloads", title_justify="left")
+    for name in WORKLOADS:
+        table.add_row(name, WORKLOADS.doc(name))
+    Console().print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; turn every error into one line on stderr and an exit code."""
+    try:
+        cli.main(args=argv, prog_name="dlcomm", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.NoArgsIsHelpError as exc:
+        click.echo(exc.ctx.get_help() if exc.ctx else "dlcomm --help")
+        return 0
+    except click.Abort:
+        print("dlcomm: error: aborted", file=sys.stderr)
+        return 130
+    except click.ClickException as exc:
+        print(f"dlcomm: error: {exc.format_message()}", file=sys.stderr)
+        return exc.exit_code
+    except DlcommError as exc:
+        print(f"dlcomm: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("dlcomm: error: interrupted", file=sys.stderr)
+        return 130
+    return 0

@@ -1,0 +1,55 @@
+"""The DDP comm hook through which every exchange of dlcomm reaches PyTorch.
+
+``DistributedDataParallel.register_comm_hook(state, exchange_hook)`` hands each gradient
+bucket to ``state.exchange.allreduce``. DDP does not pre-divide gradients by the world
+size, so the hook divides the sum to return the average, as torch's ``allreduce_hook`` does.
+The state also records when buckets were handed over so the trainer can tell how long a
+step waited on communication after its backward computation had finished.
+"""
+
+# No ``from __future__ import annotations`` here: DDP inspects the hook's annotations and
+# wants the real GradBucket and Future types, not strings.
+import time
+
+import torch
+import torch.distributed as dist
+
+from dlcomm.exchange.base import Exchange
+
+__all__ = ["ExchangeHookState", "exchange_hook"]
+
+
+class ExchangeHookState:
+    """Explicit state of :func:`exchange_hook`: the exchange and per-step timing."""
+
+    __slots__ = ("exchange", "world_size", "buckets", "first_call", "last_call")
+
+    def __init__(self, exchange: "Exchange", world_size: int) -> None:
+        if world_size < 1:
+            raise ValueError(f"world_size must be >= 1, got {world_size}")
+        self.exchange = exchange
+        self.world_size = world_size
+        self.reset_step()
+
+    def reset_step(self) -> None:
+        """Forget the timing of the previous step (call before each backward)."""
+        self.buckets = 0
+        self.first_call = 0.0
+        self.last_call = 0.0
+
+
+def exchange_hook(state: ExchangeHookState,
+                  bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """Average one gradient bucket over all workers with ``state.exchange``.
+
+    1. note the time the bucket was ready (backward has produced all its gradients);
+    2. start ``exchange.allreduce`` on the bucket's flat buffer (the sum over workers);
+    3. divide the sum by the world size when it arrives; DDP copies it into ``.grad``.
+    """
+    now = time.perf_counter()
+    if state.buckets == 0:
+        state.first_call = now
+    state.buckets += 1
+    state.last_call = now
+    world = state.world_size
+    return state.exchange.allreduce(bucket.buffer()).then(lambda fut: fut.value().div_(world))

@@ -1,0 +1,51 @@
+"""``ring``: torch.distributed's all-reduce (gloo on CPU), the baseline of every comparison.
+
+Gloo runs large all-reduces as a chunked ring, so each worker sends and receives
+2(n-1)/n of the tensor (REFERENCES.md section 7). torch does not expose its socket
+counters, so the byte counts are *modelled* from that formula and labelled so; the emulated
+network adds true wire bytes from interface counters.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from dlcomm.errors import ConfigError
+from dlcomm.exchange.base import EXCHANGES, Exchange, ExchangeContext, completed_future
+
+__all__ = ["RingExchange", "ring_bytes_per_worker"]
+
+
+def ring_bytes_per_worker(nbytes: int, world_size: int) -> int:
+    """Bytes each worker sends (and receives) in a ring all-reduce of ``nbytes``."""
+    return 2 * (world_size - 1) * nbytes // world_size
+
+
+class RingExchange(Exchange):
+    """All-reduce through torch.distributed on the context's process group."""
+
+    name = "ring"
+
+    def __init__(self, ctx: ExchangeContext) -> None:
+        super().__init__(ctx, counting="modelled")
+
+    def allreduce(self, flat: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+        s = self._stats
+        s.calls += 1
+        s.elements += flat.numel()
+        if self.ctx.world_size == 1:
+            return completed_future(flat)
+        moved = ring_bytes_per_worker(flat.numel() * flat.element_size(), self.ctx.world_size)
+        s.bytes_sent += moved
+        s.bytes_received += moved
+        work = dist.all_reduce(flat, group=self.ctx.group, async_op=True)
+        assert work is not None
+        return work.get_future().then(lambda fut: fut.value()[0])
+
+
+@EXCHANGES.register("ring", "torch.distributed all-reduce (gloo ring), the baseline")
+def _make_ring(ctx: ExchangeContext, **options: str) -> Exchange:
+    if options:
+        raise ConfigError(f"exchange 'ring' takes no options, got {sorted(options)}")
+    return RingExchange(ctx)

@@ -1,0 +1,137 @@
+"""Turn the workers' reports into the run's JSON result, its table and its plot."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from pathlib import Path
+from typing import Any
+
+from dlcomm.results import new_result, write_atomic
+from dlcomm.train.config import TrainConfig
+from dlcomm.train.trainer import WorkerReport
+from dlcomm.workloads import Workload
+
+__all__ = ["train_result", "print_train_table", "plot_train"]
+
+
+def _mean(values: list[float]) -> float:
+    return statistics.fmean(values) if values else 0.0
+
+
+def train_result(cfg: TrainConfig, workload: Workload, reports: list[WorkerReport],
+                 wall_time_s: float) -> dict[str, Any]:
+    """The ``kind: train`` result (schema in docs/results.md)."""
+    reports = sorted(reports, key=lambda r: r.rank)
+    per_worker = [r.summary() for r in reports]
+    steps = len(reports[0].steps)
+    final = reports[0].evals[-1] if reports[0].evals else {}
+    sent = _mean([w["bytes_sent"] for w in per_worker])
+    received = _mean([w["bytes_received"] for w in per_worker])
+    summary: dict[str, Any] = {
+        "final_loss": final.get("loss"),
+        "final_train_loss": _mean([s.loss for s in reports[0].steps[-10:]]),
+        "steps": steps,
+        "time_per_step_s": _mean([w["time_per_step_s"] for w in per_worker]),
+        "comm_wait_per_step_s": _mean([w["comm_wait_per_step_s"] for w in per_worker]),
+        "bytes_sent_per_worker": sent,
+        "bytes_received_per_worker": received,
+        "bytes_sent_per_worker_per_step": sent / max(steps, 1),
+        "bytes_received_per_worker_per_step": received / max(steps, 1),
+        "bytes_counting": reports[0].exchange.get("counting", "modelled"),
+        "gradient_bytes": workload.gradient_bytes,
+        "parameters": workload.num_parameters,
+        "workers": len(reports),
+        "wall_time_s": wall_time_s,
+    }
+    if "accuracy" in final and workload.metric == "accuracy":
+        summary["final_accuracy"] = final["accuracy"]
+    if "perplexity" in final:
+        summary["final_perplexity"] = final["perplexity"]
+        summary["final_token_accuracy"] = final.get("accuracy")
+    result = new_result("train", cfg.to_dict())
+    result["config"]["workload_facts"] = workload.facts or {}
+    result["summary"] = summary
+    result["steps"] = [dataclasses.asdict(s) for s in reports[0].steps]
+    result["evals"] = reports[0].evals
+    result["workers"] = per_worker
+    return result
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n:.0f} B"
+        n /= 1000
+    return str(n)
+
+
+def print_train_table(result: dict[str, Any], json_path: str | None = None) -> None:
+    """Print the run's summary as a table on stdout."""
+    from rich.console import Console
+    from rich.table import Table
+
+    s, c = result["summary"], result["config"]
+    table = Table(title=f"dlcomm train: {c['workload']} on {s['workers']} workers, "
+                        f"exchange {c['exchange']}", title_justify="left")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [("final accuracy", s.get("final_accuracy"), "{:.2%}"),
+            ("final perplexity", s.get("final_perplexity"), "{:.2f}"),
+            ("final test loss", s.get("final_loss"), "{:.4f}"),
+            ("steps", s["steps"], "{}"),
+            ("time per step", s["time_per_step_s"] * 1e3, "{:.1f} ms"),
+            ("comm wait per step", s["comm_wait_per_step_s"] * 1e3, "{:.1f} ms"),
+            ("gradient size", s["gradient_bytes"], None),
+            (f"sent per worker per step ({s['bytes_counting']})",
+             s["bytes_sent_per_worker_per_step"], None),
+            (f"received per worker per step ({s['bytes_counting']})",
+             s["bytes_received_per_worker_per_step"], None),
+            ("wall time", s["wall_time_s"], "{:.1f} s")]
+    for label, value, fmt in rows:
+        if value is None:
+            continue
+        table.add_row(label, _fmt_bytes(value) if fmt is None else fmt.format(value))
+    if json_path:
+        table.caption = f"JSON result: {json_path}"
+    Console().print(table)
+
+
+def plot_train(results: list[dict[str, Any]], path: str | Path) -> Path:
+    """Loss over steps and the headline metric over wall time, one line per result."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_loss, ax_metric) = plt.subplots(1, 2, figsize=(11, 4))
+    for res in results:
+        label = f"{res['config']['exchange']} x{res['summary']['workers']}"
+        steps = res["steps"]
+        ax_loss.plot([s["step"] for s in steps], [s["loss"] for s in steps], lw=0.8,
+                     label=f"{label} train")
+        evals = res["evals"]
+        metric = "accuracy" if "final_accuracy" in res["summary"] else (
+            "perplexity" if "final_perplexity" in res["summary"] else "loss")
+        ax_loss.plot([e["step"] for e in evals], [e["loss"] for e in evals], "o-", ms=3,
+                     label=f"{label} test")
+        ax_metric.plot([e["time_s"] for e in evals], [e[metric] for e in evals], "o-", ms=3,
+                       label=label)
+        ax_metric.set_ylabel(f"test {metric}")
+    ax_loss.set_xlabel("step")
+    ax_loss.set_ylabel("loss")
+    ax_loss.set_yscale("log")
+    ax_metric.set_xlabel("wall time (s)")
+    for ax in (ax_loss, ax_metric):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    first = results[0]["config"]
+    fig.suptitle(f"dlcomm train: {first['workload']}")
+    fig.tight_layout()
+
+    def save(tmp: Path) -> None:
+        fig.savefig(tmp, format="png", dpi=110)
+
+    try:
+        return write_atomic(path, save)
+    finally:
+        plt.close(fig)

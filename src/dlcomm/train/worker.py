@@ -1,0 +1,67 @@
+"""One training worker, run in place: ``dlcomm worker [train options]``.
+
+This is the entry point that ``dlcomm train`` starts N times, and that torchrun starts on
+one or many machines::
+
+    torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
+        -m dlcomm worker --workload digits-cnn --exchange ring --json r.json
+
+Rank 0 writes the JSON result, prints the table and draws the plot. A worker that fails
+writes its one-line cause to ``$DLCOMM_ERROR_FILE`` (when set) for the launcher to report.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from pathlib import Path
+
+from dlcomm.errors import DlcommError
+from dlcomm.results import write_json
+from dlcomm.train.config import TrainConfig
+from dlcomm.train.runtime import ERROR_FILE_VAR, WorkerEnv, process_group, set_threads
+
+__all__ = ["run_worker", "record_failure"]
+
+
+def run_worker(cfg: TrainConfig) -> dict | None:
+    """Join the job described by the environment, train, and (rank 0) write the results."""
+    env = WorkerEnv.from_environ()
+    set_threads(env.threads(cfg.threads))
+    from dlcomm.train.report import plot_train, print_train_table, train_result
+    from dlcomm.train.trainer import train
+
+    start = time.perf_counter()
+    with process_group(env, cfg.timeout_s):
+        workload, reports = train(cfg, env)
+    if reports is None:
+        return None
+    result = train_result(cfg, workload, reports, time.perf_counter() - start)
+    result["config"]["rendezvous"] = {"world_size": env.world_size,
+                                      "master_addr": env.master_addr,
+                                      "master_port": env.master_port}
+    if cfg.json:
+        write_json(cfg.json, result)
+    if cfg.plot:
+        plot_train([result], cfg.plot)
+    if not cfg.quiet:
+        print_train_table(result, cfg.json)
+    return result
+
+
+def record_failure(exc: BaseException) -> str:
+    """The one-line cause of a worker's failure; also written to $DLCOMM_ERROR_FILE."""
+    if isinstance(exc, DlcommError):
+        cause = str(exc)
+    else:
+        frame = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+        where = f" (at {Path(frame[0].filename).name}:{frame[0].lineno})" if frame else ""
+        cause = f"{type(exc).__name__}: {exc}{where}".replace("\n", " ")
+    path = os.environ.get(ERROR_FILE_VAR)
+    if path:
+        try:
+            Path(path).write_text(cause + "\n")
+        except OSError:
+            pass
+    return cause

@@ -1,0 +1,54 @@
+"""Shared fixtures: run the CLI as a real subprocess and check nothing is left running."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def dlcomm_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "dlcomm", *args]
+
+
+def run_dlcomm(*args: str, tmp: Path, timeout: float = 180, **kw) -> subprocess.CompletedProcess:
+    """Run ``dlcomm ARGS`` with TMPDIR=tmp so its job files (and processes) are traceable."""
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    return subprocess.run(dlcomm_cmd(*args), capture_output=True, text=True, timeout=timeout,
+                          env=env, cwd=tmp, **kw)
+
+
+def processes_mentioning(fragment: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(fragment in part for part in (p.info["cmdline"] or [])):
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return found
+
+
+def assert_no_leftovers(tmp: Path, wait_s: float = 5.0) -> None:
+    """No process started from ``tmp`` (the job's TMPDIR) is still alive."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        alive = [p for p in processes_mentioning(str(tmp)) if p.pid != os.getpid()]
+        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        if not alive or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert not alive, f"processes left running: {[p.cmdline() for p in alive]}"
+
+
+@pytest.fixture
+def job_tmp(tmp_path: Path) -> Path:
+    yield tmp_path
+    assert_no_leftovers(tmp_path)

@@ -1,0 +1,41 @@
+"""The exchange hook gives DDP the same gradients as torch's own all-reduce."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dlcomm.exchange.ring import ring_bytes_per_worker
+from dlcomm.train.launcher import free_port
+
+HERE = Path(__file__).parent
+
+
+def run_ranks(world: int, *args: str, timeout: float = 120) -> list[subprocess.CompletedProcess]:
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+        procs.append(subprocess.Popen([sys.executable, str(HERE / "ddp_hook_worker.py"), *args],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=timeout)
+        results.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    return results
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ring_hook_matches_torch_allreduce(world):
+    for res in run_ranks(world, "ring"):
+        assert res.returncode == 0, res.stderr[-2000:]
+
+
+@pytest.mark.parametrize("nbytes,world,expected", [(100, 1, 0), (100, 2, 100), (120, 3, 160),
+                                                   (400, 4, 600)])
+def test_ring_bytes_model(nbytes, world, expected):
+    assert ring_bytes_per_worker(nbytes, world) == expected
