@@ -118,23 +118,17 @@ def worker(**values: Any) -> None:
     os._exit(0)
 
 
-@cli.group()
-def workloads() -> None:
-    """The workload catalog."""
+def _register_commands() -> None:
+    """Command groups that live with their packages (each imports its heavy parts lazily)."""
+    from dlcomm.plan.commands import topo
+    from dlcomm.plan.partition.commands import partition
+    from dlcomm.workloads.commands import workloads
+
+    for command in (workloads, topo, partition):
+        cli.add_command(command)
 
 
-@workloads.command("list")
-def workloads_list() -> None:
-    """List the trainable workloads."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from dlcomm.workloads import WORKLOADS
-
-    table = Table("name", "description", title="trainable workloads", title_justify="left")
-    for name in WORKLOADS:
-        table.add_row(name, WORKLOADS.doc(name))
-    Console().print(table)
+_register_commands()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,1 @@
+"""Planning: topologies and their cost, DL traffic patterns, tensor partitioning, simulation."""

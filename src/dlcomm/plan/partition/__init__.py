@@ -1,0 +1,1 @@
+"""Tensor partitioning over heterogeneous accelerators (AccPar, HPCA'20)."""
