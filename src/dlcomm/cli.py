@@ -13,6 +13,7 @@ import click
 
 from dlcomm import __version__
 from dlcomm.errors import DlcommError
+from dlcomm.options import network_from, network_options
 
 __all__ = ["main", "cli"]
 
@@ -64,27 +65,26 @@ def _train_config(config_file: str | None, json_path: str | None, **cli_values: 
 
 
 @cli.command()
-@click.option("--workers", type=int, help="Worker processes on this machine (default 4).")
-@click.option("--network", type=click.Choice(["loopback"]), help="Where workers run.")
+@click.option("--workers", type=int, help="Worker processes (default 4).")
+@network_options
 @train_options
 def train(**values: Any) -> None:
-    """Train a workload on N local workers (DDP over gloo, env:// rendezvous)."""
+    """Train a workload on N workers (DDP over gloo, env:// rendezvous)."""
     from dlcomm.exchange import EXCHANGES
+    from dlcomm.jobs import placement, run_workers
     from dlcomm.results import check_writable
-    from dlcomm.train.launcher import check_port_free, free_port, launch
     from dlcomm.workloads import WORKLOADS
 
     cfg = _train_config(**values)
+    net = network_from(cfg)
     WORKLOADS.check(cfg.workload)
     EXCHANGES.check(cfg.exchange)
     check_writable(cfg.json, "--json")
     check_writable(cfg.plot, "--plot")
-    if cfg.master_port:
-        check_port_free(cfg.master_addr, cfg.master_port)
-        port = cfg.master_port
-    else:
-        port = free_port(cfg.master_addr)
-    launch(cfg.to_dict(), cfg.workers, cfg.master_addr, port)
+    with placement(net, cfg.workers) as place:
+        job = cfg.replace(master_addr=place.master_addr,
+                          extra={**cfg.extra, "network_info": place.info})
+        run_workers(job.to_dict(), cfg.workers, place, master_port=cfg.master_port)
 
 
 @cli.command()
@@ -97,15 +97,37 @@ def worker(**values: Any) -> None:
       torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d \\
           --rdzv-endpoint HOST:29500 -m dlcomm worker --workload digits-cnn --json r.json
     """
-    from dlcomm.train.worker import record_failure, run_worker
+    from dlcomm.train.worker import run_worker
+
+    run_as_worker(lambda: run_worker(_train_config(**values)))
+
+
+@cli.command("run-job", hidden=True)
+@click.argument("kind")
+@click.option("--config", "config_file", required=True, type=click.Path(dir_okay=False))
+def run_job(kind: str, config_file: str) -> None:
+    """Run one rank of a job other than training (benchmarks, emulation) in place."""
+    import importlib
+    import json
+
+    targets = {"bench-allreduce": "dlcomm.bench.allreduce",
+               "emulate": "dlcomm.emulate.dilation"}
+    if kind not in targets:
+        raise DlcommError(f"unknown job kind {kind!r}")
+    module = importlib.import_module(targets[kind])
+    run_as_worker(lambda: module.worker_main(json.loads(open(config_file).read())))
+
+
+def run_as_worker(body: Callable[[], Any]) -> None:
+    """Run a rank's body; report a failure once (to the launcher's error file, or stderr)."""
+    from dlcomm.train.runtime import ERROR_FILE_VAR
+    from dlcomm.train.worker import record_failure
 
     try:
-        cfg = _train_config(**values)
-        run_worker(cfg)
+        body()
     except BaseException as exc:
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
-        from dlcomm.train.runtime import ERROR_FILE_VAR
         cause = record_failure(exc)
         if os.environ.get(ERROR_FILE_VAR):
             raise SystemExit(1) from exc  # the launcher reports the cause, once
@@ -120,11 +142,13 @@ def worker(**values: Any) -> None:
 
 def _register_commands() -> None:
     """Command groups that live with their packages (each imports its heavy parts lazily)."""
+    from dlcomm.bench.commands import bench
+    from dlcomm.emulate.commands import cluster
     from dlcomm.plan.commands import topo
     from dlcomm.plan.partition.commands import partition
     from dlcomm.workloads.commands import workloads
 
-    for command in (workloads, topo, partition):
+    for command in (workloads, cluster, bench, topo, partition):
         cli.add_command(command)
 
 

@@ -20,7 +20,6 @@ def test_cli_overrides_file_overrides_defaults():
     ({"master_port": 70000}, "0..65535"),
     ({"fault": "1:x:kill"}, "bad --fault"),
     ({"wrkers": 2}, "unknown option 'wrkers'"),
-    ({"network": "mars"}, "unknown --network"),
 ])
 def test_bad_values(values, message):
     with pytest.raises(ConfigError, match=message):

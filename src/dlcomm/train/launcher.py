@@ -124,10 +124,11 @@ def _first_failure(workers: list[_Worker]) -> _Worker | None:
 
 
 def launch(config: dict, world_size: int, master_addr: str, master_port: int, *,
+           entry: Sequence[str] = ("worker",),
            command_prefix: Callable[[int], Sequence[str]] = lambda rank: (),
            extra_env: Callable[[int], dict[str, str]] = lambda rank: {},
            rank0_output: bool = True) -> None:
-    """Run ``dlcomm worker`` ``world_size`` times with ``config`` and wait for all of them.
+    """Run ``dlcomm ENTRY --config FILE`` ``world_size`` times and wait for all of them.
 
     ``command_prefix(rank)`` (e.g. ``ip netns exec NS``) and ``extra_env(rank)`` let the
     emulated network place each worker on its own host.
@@ -140,8 +141,7 @@ def launch(config: dict, world_size: int, master_addr: str, master_port: int, *,
 
     with tempfile.TemporaryDirectory(prefix="dlcomm-job-") as tmp:
         config_path = Path(tmp) / "config.json"
-        config_path.write_text(json.dumps({**config, "master_port": master_port,
-                                           "master_addr": master_addr}))
+        config_path.write_text(json.dumps(config))
         try:
             for s in previous:
                 signal.signal(s, on_signal)
@@ -153,7 +153,7 @@ def launch(config: dict, world_size: int, master_addr: str, master_port: int, *,
                        "PYTHONUNBUFFERED": "1", **extra_env(rank)}
                 log = None if (rank == 0 and rank0_output) else Path(tmp) / f"rank{rank}.log"
                 out = open(log, "wb") if log else None  # noqa: SIM115 (closed with the dir)
-                argv = [*command_prefix(rank), sys.executable, "-m", "dlcomm", "worker",
+                argv = [*command_prefix(rank), sys.executable, "-m", "dlcomm", *entry,
                         "--config", str(config_path)]
                 proc = subprocess.Popen(argv, env=env, stdout=out, stderr=out,
                                         stdin=subprocess.DEVNULL, start_new_session=True,

@@ -44,6 +44,10 @@ def train_result(cfg: TrainConfig, workload: Workload, reports: list[WorkerRepor
         "workers": len(reports),
         "wall_time_s": wall_time_s,
     }
+    wires = [w["wire"] for w in per_worker if w.get("wire")]
+    if len(wires) == len(per_worker):
+        summary["wire_bytes_sent_per_worker"] = _mean([w["tx_bytes"] for w in wires])
+        summary["wire_bytes_received_per_worker"] = _mean([w["rx_bytes"] for w in wires])
     if "accuracy" in final and workload.metric == "accuracy":
         summary["final_accuracy"] = final["accuracy"]
     if "perplexity" in final:
@@ -87,6 +91,9 @@ def print_train_table(result: dict[str, Any], json_path: str | None = None) -> N
              s["bytes_sent_per_worker_per_step"], None),
             (f"received per worker per step ({s['bytes_counting']})",
              s["bytes_received_per_worker_per_step"], None),
+            ("wire bytes sent per worker per step (interface)",
+             s["wire_bytes_sent_per_worker"] / max(s["steps"], 1)
+             if "wire_bytes_sent_per_worker" in s else None, None),
             ("wall time", s["wall_time_s"], "{:.1f} s")]
     for label, value, fmt in rows:
         if value is None:

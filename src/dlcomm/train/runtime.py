@@ -18,9 +18,27 @@ import torch.distributed as dist
 
 from dlcomm.errors import ConfigError
 
-__all__ = ["WorkerEnv", "process_group", "ERROR_FILE_VAR"]
+__all__ = ["WorkerEnv", "process_group", "ERROR_FILE_VAR", "WIRE_DEV_VAR", "wire_bytes"]
 
 ERROR_FILE_VAR = "DLCOMM_ERROR_FILE"  # where a failing worker writes its one-line cause
+WIRE_DEV_VAR = "DLCOMM_WIRE_DEV"      # the interface whose kernel counters are this host's wire
+
+
+def wire_bytes() -> dict[str, int] | None:
+    """Kernel byte counters of this host's interface ``$DLCOMM_WIRE_DEV`` (None if unset).
+
+    The emulated network sets it to ``eth0`` inside each host namespace; on real machines
+    users may set it to the NIC that carries the job's traffic.
+    """
+    dev = os.environ.get(WIRE_DEV_VAR)
+    if not dev:
+        return None
+    base = f"/sys/class/net/{dev}/statistics"
+    try:
+        with open(f"{base}/tx_bytes") as tx, open(f"{base}/rx_bytes") as rx:
+            return {"tx_bytes": int(tx.read()), "rx_bytes": int(rx.read())}
+    except OSError:
+        return None
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 from dlcomm.errors import ConfigError
 from dlcomm.exchange import ExchangeContext, ExchangeHookState, exchange_hook, make_exchange
 from dlcomm.train.config import Fault, TrainConfig, parse_fault
-from dlcomm.train.runtime import WorkerEnv
+from dlcomm.train.runtime import WorkerEnv, wire_bytes
 from dlcomm.workloads import Workload, finish_metrics, make_workload
 
 __all__ = ["train", "StepRecord", "WorkerReport"]
@@ -51,6 +51,7 @@ class WorkerReport:
     steps: list[StepRecord] = field(default_factory=list)
     evals: list[dict[str, float]] = field(default_factory=list)
     exchange: dict[str, Any] = field(default_factory=dict)
+    wire: dict[str, int] | None = None  # kernel interface bytes during training (emulated)
 
     def summary(self) -> dict[str, Any]:
         n = max(len(self.steps), 1)
@@ -59,7 +60,7 @@ class WorkerReport:
                 "comm_wait_per_step_s": sum(s.comm_wait_s for s in self.steps) / n,
                 "bytes_sent": sum(s.bytes_sent for s in self.steps),
                 "bytes_received": sum(s.bytes_received for s in self.steps),
-                "exchange": self.exchange}
+                "exchange": self.exchange, "wire": self.wire}
 
 
 def _make_optimizer(workload: Workload, params: Any, lr: float) -> torch.optim.Optimizer:
@@ -147,6 +148,7 @@ def train(cfg: TrainConfig, env: WorkerEnv) -> tuple[Workload, list[WorkerReport
     report = WorkerReport(env.rank)
     progress = _Progress(env.rank == 0 and not cfg.quiet, total,
                          f"{workload.name} x{env.world_size} {cfg.exchange}")
+    wire_start = wire_bytes()
     start = time.perf_counter()
     step = 0
     try:
@@ -183,6 +185,9 @@ def train(cfg: TrainConfig, env: WorkerEnv) -> tuple[Workload, list[WorkerReport
         progress.close()
         report.exchange = exchange.stats().as_dict()
         exchange.close()
+        wire_end = wire_bytes()
+        if wire_start and wire_end:
+            report.wire = {k: wire_end[k] - wire_start[k] for k in wire_end}
     gathered: list[WorkerReport | None] = [None] * env.world_size
     if env.world_size > 1:
         dist.gather_object(report, gathered if env.rank == 0 else None, dst=0)

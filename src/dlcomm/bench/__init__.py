@@ -1,0 +1,1 @@
+"""Benchmarks: measurements written as JSON, variants compared side by side in one run."""

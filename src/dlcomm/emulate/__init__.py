@@ -1,0 +1,1 @@
+"""Emulation: clusters of network namespaces with shaped links, and time-dilated workloads."""

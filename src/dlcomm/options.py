@@ -1,0 +1,48 @@
+"""Command-line options shared by several commands (kept apart so command modules can import them)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import click
+
+__all__ = ["network_options", "network_from", "split_specs"]
+
+
+def network_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Where a job's workers run: this host's loopback or an emulated cluster."""
+    options = [
+        click.option("--network", type=click.Choice(["loopback", "emulated"]),
+                     help="loopback (default) or emulated: one network namespace per worker "
+                          "host, shaped links (needs root)."),
+        click.option("--bandwidth", help="Emulated link rate, e.g. 100mbit, 1gbit, 10gbit."),
+        click.option("--topology", help="Emulated topology: star (default) or "
+                                        "leafspine:RACKS:HOSTS_PER_RACK:OVERSUB."),
+        click.option("--cluster", help="Run on a cluster made by `dlcomm cluster up --name`."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def network_from(cfg: Any) -> Any:
+    from dlcomm.emulate.network import NetworkOptions
+
+    return NetworkOptions(cfg.network, cfg.bandwidth, cfg.topology, cfg.cluster)
+
+
+def split_specs(text: str) -> list[str]:
+    """Split ``ring,switch:k=256,window=64`` into ``["ring", "switch:k=256,window=64"]``.
+
+    A comma starts a new spec unless what follows is a ``key=value`` option of the
+    previous spec.
+    """
+    specs: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if specs and "=" in part and ":" in specs[-1] and ":" not in part.split("=")[0]:
+            specs[-1] += "," + part
+        else:
+            specs.append(part)
+    return specs
