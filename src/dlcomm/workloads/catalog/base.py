@@ -13,12 +13,18 @@ against the parameter counts their authors published.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
 from dlcomm.registry import Registry
 
-__all__ = ["Layer", "ModelTable", "MODELS", "get_model"]
+__all__ = ["Layer", "ModelTable", "MODELS", "get_model", "register_model", "KINDS"]
+
+# The layer kinds a table may use. Element-wise, parameter-free work (activations, dropout,
+# residual additions) is folded into the layer that produced its input. ``shortcut_from``
+# also marks other joins of a second input (the concatenations of recommenders).
+KINDS = ("conv", "linear", "embedding", "attention", "norm", "lstm", "pool", "other")
 
 
 @dataclass(frozen=True)
@@ -59,11 +65,69 @@ class ModelTable:
     def gradient_bytes(self, bytes_per_param: int = 4) -> int:
         return self.params * bytes_per_param
 
+    def __post_init__(self) -> None:
+        seen: set[str] = set()
+        for layer in self.layers:
+            if layer.name in seen:
+                raise ValueError(f"{self.name}: layer {layer.name!r} listed twice")
+            if layer.kind not in KINDS:
+                raise ValueError(f"{self.name}: layer {layer.name!r} has unknown kind "
+                                 f"{layer.kind!r}")
+            if layer.shortcut_from is not None and layer.shortcut_from not in seen:
+                raise ValueError(f"{self.name}: {layer.name!r} joins {layer.shortcut_from!r}, "
+                                 "which is not an earlier layer")
+            seen.add(layer.name)
+
+    def layer(self, name: str) -> Layer:
+        """The layer called ``name`` (KeyError if there is none)."""
+        for layer in self.layers:
+            if layer.name == name:
+                return layer
+        raise KeyError(f"{self.name} has no layer {name!r}")
+
+    @property
+    def params_error(self) -> float:
+        """Relative difference of the table's parameter count from the published one."""
+        return self.params / self.published_params - 1.0
+
+    def sparse_layers(self) -> tuple[Layer, ...]:
+        """Embedding layers whose gradient is row-sparse (only looked-up rows are non-zero).
+
+        An embedding's gradient touches at most ``batch x in_elems`` of its ``c_in`` rows
+        (``in_elems`` is its lookups per sample). Not listed: tables that one sample reads
+        in full (position and segment embeddings), and tables whose weights a later
+        parameter-free linear layer of the transposed shape reuses (GPT's LM head tied to
+        the token embedding), which receive a dense gradient through that layer.
+        """
+        tied = {(layer.c_out, layer.c_in) for layer in self.layers
+                if layer.kind == "linear" and layer.params == 0}
+        return tuple(layer for layer in self.layers if layer.kind == "embedding"
+                     and layer.in_elems < layer.c_in
+                     and (layer.c_in, layer.c_out) not in tied)
+
+    @property
+    def embedding_params(self) -> int:
+        """Parameters in embedding tables (sparse or tied)."""
+        return sum(layer.params for layer in self.layers if layer.kind == "embedding")
+
 
 MODELS: Registry[ModelTable] = Registry("model")
 
 
+def register_model(name: str, doc: str) -> Callable[[Callable[[], ModelTable]],
+                                                    Callable[[], ModelTable]]:
+    """Register a table builder under ``name``; the table is built once and cached."""
+    def decorator(build: Callable[[], ModelTable]) -> Callable[[], ModelTable]:
+        cached = functools.cache(build)
+        MODELS.register(name, doc)(cached)
+        return cached
+    return decorator
+
+
 def get_model(name: str) -> ModelTable:
-    """The layer table of catalog model ``name`` (built on first use)."""
+    """The layer table of catalog model ``name`` (built on first use, then cached).
+
+    Raises RegistryError (a ConfigError) with the known names if ``name`` is unknown.
+    """
     factory: Callable[[], ModelTable] = MODELS.get(name)
     return factory()
