@@ -48,6 +48,25 @@ def assert_no_leftovers(tmp: Path, wait_s: float = 5.0) -> None:
     assert not alive, f"processes left running: {[p.cmdline() for p in alive]}"
 
 
+requires_root = pytest.mark.skipif(os.geteuid() != 0,
+                                   reason="needs root for network namespaces and tc")
+
+
+def dlcomm_namespaces() -> list[str]:
+    res = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    return [line.split()[0] for line in res.stdout.splitlines() if line.startswith("dlcomm-")]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_namespaces_left_behind():
+    """Every test that builds an emulated cluster must tear it down."""
+    before = set(dlcomm_namespaces()) if os.geteuid() == 0 else set()
+    yield
+    if os.geteuid() == 0:
+        left = set(dlcomm_namespaces()) - before
+        assert not left, f"namespaces left behind: {sorted(left)}"
+
+
 @pytest.fixture
 def job_tmp(tmp_path: Path) -> Path:
     yield tmp_path

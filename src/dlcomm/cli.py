@@ -143,12 +143,12 @@ def run_as_worker(body: Callable[[], Any]) -> None:
 def _register_commands() -> None:
     """Command groups that live with their packages (each imports its heavy parts lazily)."""
     from dlcomm.bench.commands import bench
-    from dlcomm.emulate.commands import cluster
+    from dlcomm.emulate.commands import cluster, emulate
     from dlcomm.plan.commands import topo
     from dlcomm.plan.partition.commands import partition
     from dlcomm.workloads.commands import workloads
 
-    for command in (workloads, cluster, bench, topo, partition):
+    for command in (workloads, cluster, emulate, bench, topo, partition):
         cli.add_command(command)
 
 

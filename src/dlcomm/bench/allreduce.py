@@ -93,7 +93,9 @@ def _measure(cfg: AllreduceBench, env: WorkerEnv, spec: str, x: torch.Tensor
             dist.barrier()
             w0, c0, t0 = wire_bytes(), time.process_time(), time.perf_counter()
             out = exchange.allreduce(buf).wait()
-            t1, c1, w1 = time.perf_counter(), time.process_time(), wire_bytes()
+            t1, c1 = time.perf_counter(), time.process_time()
+            dist.barrier()  # a worker finishes before its last sends drain; count them too
+            w1 = wire_bytes()
             if i >= cfg.warmup:
                 rep = {"time_s": t1 - t0, "cpu_s": c1 - c0}
                 if w0 and w1:

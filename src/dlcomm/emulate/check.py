@@ -17,30 +17,59 @@ from dlcomm.emulate.cluster import Cluster, temporary_cluster
 from dlcomm.errors import DlcommError
 from dlcomm.results import new_result
 
-__all__ = ["check_cluster", "bulk_transfer"]
+__all__ = ["check_cluster", "bulk_transfer", "parallel_bulk", "measure_capacity"]
 
 PORT = 5201
 
 
-def bulk_transfer(cluster: Cluster, src: int, dst: int, seconds: float) -> dict[str, float]:
-    """Run one bulk transfer ``src -> dst`` inside the cluster; return the raw measurements."""
+def parallel_bulk(cluster: Cluster, pairs: list[tuple[int, int]], seconds: float
+                  ) -> list[dict[str, float]]:
+    """Run bulk transfers ``src -> dst`` for every pair at once; the raw measurements."""
     module = [sys.executable, "-m", "dlcomm.emulate.bulk"]
-    server = subprocess.Popen([*cluster.prefix(dst), *module, "serve", cluster.address(dst),
-                               str(PORT)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)
+    procs: list[subprocess.Popen[str]] = []
     try:
-        sender = subprocess.run([*cluster.prefix(src), *module, "send", cluster.address(dst),
-                                 str(PORT), str(seconds)], capture_output=True, text=True,
-                                timeout=seconds + 60)
-        out, err = server.communicate(timeout=60)
+        servers = [subprocess.Popen([*cluster.prefix(dst), *module, "serve",
+                                     cluster.address(dst), str(PORT)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                   for _, dst in pairs]
+        procs += servers
+        senders = [subprocess.Popen([*cluster.prefix(src), *module, "send", cluster.address(dst),
+                                     str(PORT), str(seconds)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                   for src, dst in pairs]
+        procs += senders
+        results = []
+        for sender, server in zip(senders, servers):
+            s_out, s_err = sender.communicate(timeout=seconds + 60)
+            r_out, r_err = server.communicate(timeout=60)
+            if sender.returncode != 0 or server.returncode != 0:
+                lines = (s_err or r_err).strip().splitlines()
+                raise DlcommError(f"bulk transfer failed: {lines[-1] if lines else 'no output'}")
+            results.append({**json.loads(s_out), **json.loads(r_out)})
+        return results
     finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
-    if sender.returncode != 0 or server.returncode != 0:
-        raise DlcommError("bulk transfer failed: "
-                          f"{(sender.stderr or err).strip().splitlines()[-1:]}")
-    return {**json.loads(sender.stdout), **json.loads(out)}
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def bulk_transfer(cluster: Cluster, src: int, dst: int, seconds: float) -> dict[str, float]:
+    """One bulk transfer ``src -> dst`` inside the cluster; the raw measurements."""
+    return parallel_bulk(cluster, [(src, dst)], seconds)[0]
+
+
+def measure_capacity(streams: int, seconds: float = 1.5) -> dict[str, float]:
+    """Aggregate TCP throughput this machine sustains through emulated links.
+
+    ``streams`` disjoint host pairs send at once over links fast enough (100 Gbit/s) not to
+    limit; the sum of their goodputs is the machine's capacity for emulated traffic.
+    """
+    streams = max(1, streams)
+    with temporary_cluster(2 * streams, 100e9) as cluster:
+        raw = parallel_bulk(cluster, [(2 * i, 2 * i + 1) for i in range(streams)], seconds)
+    total = sum(r["payload_bytes"] * 8 / r["seconds"] for r in raw if r["seconds"] > 0)
+    return {"streams": streams, "seconds": seconds, "capacity_bps": total}
 
 
 def check_cluster(hosts: int, rate_bps: float, topology: str = "star",

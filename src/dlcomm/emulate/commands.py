@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-__all__ = ["cluster"]
+__all__ = ["cluster", "emulate"]
 
 
 @click.group()
@@ -106,3 +106,65 @@ def cluster_check(hosts: int, bandwidth: str, topology: str, seconds: float,
                f"(ratio {s['goodput_ratio']:.3f})")
     if json_path:
         write_json(json_path, result)
+
+
+@click.command()
+@click.option("--workload", required=True, help="Catalog model, e.g. resnet50 (dlcomm workloads list).")
+@click.option("--workers", type=int, default=8, show_default=True)
+@click.option("--bandwidth", required=True, help="Real-scale link rate, e.g. 10gbit.")
+@click.option("--accelerator", default="v100", show_default=True, help="v100, a100, h100, ...")
+@click.option("--batch", type=int, help="Samples per accelerator (default: the model's).")
+@click.option("--efficiency", type=float, help="Achieved fraction of peak (default 0.4).")
+@click.option("--measured-iteration-s", type=float,
+              help="A measured compute time per iteration, replacing the estimate.")
+@click.option("--dilation", type=float, help="Time dilation K (default: chosen from a "
+              "measurement of this machine's capacity).")
+@click.option("--exchange", default="ring", show_default=True)
+@click.option("--iterations", type=int, default=3, show_default=True)
+@click.option("--warmup", type=int, default=1, show_default=True)
+@click.option("--topology", default="star", show_default=True)
+@click.option("--json", "json_path", help="Write the JSON result here.")
+def emulate(workload: str, workers: int, bandwidth: str, accelerator: str, batch: int | None,
+            efficiency: float | None, measured_iteration_s: float | None,
+            dilation: float | None, exchange: str, iterations: int, warmup: int, topology: str,
+            json_path: str | None) -> None:
+    """Emulate a big model's training iteration on N workers, time-dilated by K."""
+    from dlcomm.emulate.dilation import EmulateConfig
+    from dlcomm.emulate.emulation import run_emulation
+    from dlcomm.emulate.plan import ClusterSpec
+    from dlcomm.registry import parse_rate
+    from dlcomm.results import check_writable, write_json
+
+    rate = parse_rate(bandwidth)
+    cfg = EmulateConfig(workload, workers, rate, accelerator, batch, efficiency,
+                        measured_iteration_s, dilation or 1.0, exchange, iterations, warmup)
+    ClusterSpec("check", workers, rate / cfg.dilation, topology)
+    check_writable(json_path)
+    result = run_emulation(cfg, topology, auto_dilation=dilation is None)
+    if json_path:
+        write_json(json_path, result)
+    _print_emulation(result, json_path)
+
+
+def _print_emulation(result: dict, json_path: str | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    s, c = result["summary"], result["config"]
+    table = Table("", "real scale", title=f"emulated {c['workload']} on {c['workers']} x "
+                  f"{c['accelerator']}, {c['bandwidth_bps'] / 1e9:g} Gbit/s, {c['exchange']}, "
+                  f"dilation K={s['dilation']:g}", title_justify="left")
+    for label, key in (("iteration time", "iteration_time_s"), ("compute", "compute_s"),
+                       ("communication (busy)", "comm_busy_s"),
+                       ("communication exposed", "exposed_comm_s"),
+                       ("communication overlapped", "overlap_s")):
+        table.add_row(label, f"{s[key] * 1e3:.1f} ms")
+    emu, real = s["emulation"], s["real_cluster"]
+    table.add_row("emulation: wall / CPU per iteration",
+                  f"{emu['wall_s_per_iteration']:.2f} s / {emu['cpu_s_per_iteration']:.2f} s")
+    table.add_row("emulation: peak memory per worker", f"{emu['peak_rss_bytes_per_worker'] / 2**20:.0f} MiB")
+    table.add_row("real cluster: accelerator-seconds per iteration",
+                  f"{real['accelerator_s_per_iteration']:.3f} s")
+    if json_path:
+        table.caption = f"JSON result: {json_path}"
+    Console().print(table)

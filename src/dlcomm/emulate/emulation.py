@@ -1,0 +1,62 @@
+"""The parent side of ``dlcomm emulate``: choose K, place workers, assemble the result."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from dlcomm.emulate.check import measure_capacity
+from dlcomm.emulate.cluster import require_root
+from dlcomm.emulate.dilation import (EmulateConfig, breakdown, config_dict, nice_dilation,
+                                     schedule_for)
+from dlcomm.emulate.network import NetworkOptions
+from dlcomm.jobs import placement, run_workers
+from dlcomm.results import new_result
+
+__all__ = ["choose_dilation", "run_emulation", "CAPACITY_SHARE"]
+
+# The emulated links together may use this share of the machine's measured capacity:
+# every host sends and receives at once, and workers also copy and reduce what they move.
+CAPACITY_SHARE = 0.3
+
+
+def choose_dilation(bandwidth_bps: float, workers: int, capacity_bps: float) -> float:
+    """Smallest nice K such that ``workers`` links at bandwidth/K fit the machine."""
+    per_link = CAPACITY_SHARE * capacity_bps / max(workers, 1)
+    return nice_dilation(bandwidth_bps / per_link)
+
+
+def run_emulation(cfg: EmulateConfig, topology: str = "star", auto_dilation: bool = False
+                  ) -> dict[str, Any]:
+    """Emulate ``cfg`` (choosing K first when ``auto_dilation``) and return the result."""
+    require_root()
+    start = time.perf_counter()
+    calibration = None
+    if auto_dilation:
+        calibration = measure_capacity(max(1, cfg.workers // 2))
+        cfg = replace(cfg, dilation=choose_dilation(cfg.bandwidth_bps, cfg.workers,
+                                                    calibration["capacity_bps"]))
+    sched = schedule_for(cfg)
+    net = NetworkOptions("emulated", f"{cfg.bandwidth_bps / cfg.dilation:.0f}bit", topology)
+    with tempfile.TemporaryDirectory(prefix="dlcomm-emulate-") as tmp, \
+            placement(net, cfg.workers) as place:
+        part = Path(tmp) / "measured.json"
+        job = replace(cfg, result_path=str(part), job_name=f"emu{os.getpid()}")
+        run_workers(config_dict(job), cfg.workers, place, entry=("run-job", "emulate"))
+        gathered = json.loads(part.read_text())
+        info = place.info
+    result = new_result("emulate", {**config_dict(cfg), "topology": topology,
+                                    "auto_dilation": auto_dilation})
+    result["network"] = info
+    result["calibration"] = calibration
+    result["summary"] = {**breakdown(cfg, sched, gathered),
+                         "wall_time_s": time.perf_counter() - start}
+    result["buckets"] = [{"numel": n, "ready_s": r}
+                         for n, r in zip(sched.bucket_numel, sched.bucket_ready_s)]
+    result["exchange_stats"] = [w["stats"] for w in gathered]
+    return result
