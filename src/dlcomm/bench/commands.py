@@ -45,3 +45,42 @@ def bench_allreduce(exchanges: str, workers: int, size: str, reps: int, warmup: 
     if json_path:
         write_json(json_path, result)
     print_allreduce_table(result, json_path)
+
+
+@bench.command("fidelity")
+@click.option("--workers", "worker_counts", default="2,4,8", show_default=True,
+              help="Worker counts for the ring-vs-bound measurements.")
+@click.option("--sizes", default="10MB,100MB", show_default=True)
+@click.option("--bandwidth", default="1gbit", show_default=True,
+              help="Link rate of the ring measurements (8 workers use half of it).")
+@click.option("--workload", default="resnet50", show_default=True)
+@click.option("--dilation", type=float, default=10.0, show_default=True,
+              help="K; the emulation runs at K and 2K.")
+@click.option("--reps", type=int, default=3, show_default=True)
+@click.option("--json", "json_path", help="Write the JSON result here.")
+def bench_fidelity(worker_counts: str, sizes: str, bandwidth: str, workload: str,
+                   dilation: float, reps: int, json_path: str | None) -> None:
+    """Emulator fidelity: ring vs its bound for n in WORKERS, and iteration time at K vs 2K."""
+    from dlcomm.bench.fidelity import run_fidelity
+    from dlcomm.registry import parse_rate, parse_size
+    from dlcomm.results import check_writable, write_json
+
+    check_writable(json_path)
+    rate = parse_rate(bandwidth)
+    counts = [int(n) for n in worker_counts.split(",")]
+    cases = [(n, parse_size(size), f"{rate / (2 if n >= 8 else 1):.0f}bit")
+             for n in counts for size in sizes.split(",")]
+    result = run_fidelity(cases, workload, 4, 5e9, (dilation, 2 * dilation), reps,
+                          progress=lambda msg: click.echo(msg, err=True))
+    if json_path:
+        write_json(json_path, result)
+    for row in result["ring"]:
+        click.echo(f"ring n={row['workers']} {row['size_bytes'] / 1e6:g} MB at "
+                   f"{row['bandwidth']}: {row['time_s'] * 1e3:.0f} ms, bound "
+                   f"{row['bound_s'] * 1e3:.0f} ms, ratio {row['time_over_bound']:.3f}")
+    for row in result["dilation"]:
+        click.echo(f"{workload} at K={row['dilation']:g}: iteration "
+                   f"{row['iteration_time_s'] * 1e3:.1f} ms (real scale)")
+    s = result["summary"]
+    click.echo(f"worst ring/bound {s['worst_time_over_bound']:.3f}; spread across K "
+               f"{s['dilation_spread']:.1%}")
