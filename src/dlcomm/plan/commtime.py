@@ -13,9 +13,10 @@
      for groups of at most 64 (a power of two), Rabenseifner with each round's own rate;
      in-network aggregation on fat trees with ``ina=1`` (T ~ n / injection);
    - all-to-all: all pairs of each group at once, pairwise-exchange time; above
-     ``SAMPLE_FLOWS`` flows the link loads are estimated from a uniform sample of flows
-     (fixed seed) scaled up, and a whole-machine all-to-all uses the exact symmetric
-     computation;
+     ``SAMPLE_FLOWS`` flows the link loads are estimated from k random partner offsets
+     (rank i sends to member i+o of its group; fixed seed), scaled by (g-1)/k, so every
+     rank's own links stay exact and only shared links are estimated; a whole-machine
+     all-to-all uses the exact symmetric computation;
    - point-to-point: every stage boundary of every pipeline sends at once.
 3. The iteration's communication time is the sum over collectives of calls x time,
    with no overlap with computation or between dimensions (an upper bound on exposed
@@ -43,7 +44,7 @@ __all__ = ["PLACEMENTS", "place_ranks", "group_ranks", "CommTime", "comm_times",
            "SAMPLE_FLOWS"]
 
 PLACEMENTS = ("linear", "random")
-SAMPLE_FLOWS = 200_000
+SAMPLE_FLOWS = 500_000
 
 
 def place_ranks(par: Parallelism, accelerators: int, placement: str = "linear",
@@ -144,12 +145,15 @@ def _alltoall(net: FlowNet, groups: np.ndarray, n: float, alpha: float,
         dst = groups[:, j].ravel()
         rate, how = _rate(net, src, dst), "pairwise"
     else:
-        rng = np.random.default_rng(seed)
-        grp = rng.integers(0, count, SAMPLE_FLOWS)
-        i = rng.integers(0, g, SAMPLE_FLOWS)
-        j = (i + rng.integers(1, g, SAMPLE_FLOWS)) % g
-        rate = _rate(net, groups[grp, i], groups[grp, j], pairs / SAMPLE_FLOWS)
-        how = f"pairwise (sampled {SAMPLE_FLOWS} of {pairs} flows)"
+        # sample partner offsets, not flows: every rank still sends and receives the
+        # same number of flows, so its own links' loads stay exact after scaling
+        k = max(1, SAMPLE_FLOWS // (count * g))
+        offsets = np.random.default_rng(seed).choice(np.arange(1, g), k, replace=False)
+        members = np.arange(g)
+        src = np.concatenate([groups[:, members].ravel() for _ in offsets])
+        dst = np.concatenate([groups[:, (members + o) % g].ravel() for o in offsets])
+        rate = _rate(net, src, dst, (g - 1) / k)
+        how = f"pairwise (sampled {k} of {g - 1} partner offsets)"
     return how, coll.alltoall_pairwise(g, n, alpha, 1 / ((g - 1) * rate))
 
 

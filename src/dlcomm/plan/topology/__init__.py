@@ -23,7 +23,7 @@ from dlcomm.plan.topology.dragonfly import Dragonfly, make_dragonfly
 from dlcomm.plan.topology.fattree import FatTree, make_fattree
 from dlcomm.plan.topology.hxmesh import HxMesh, make_hxmesh, make_hyperx
 from dlcomm.plan.topology.torus import Torus, make_torus, near_cube
-from dlcomm.registry import Registry, Spec, parse_spec
+from dlcomm.registry import Registry, Spec
 
 __all__ = ["TOPOLOGIES", "build_topology", "sized_spec", "COMPARE_SET", "Topology",
            "LinkParams", "Counts", "SwitchGroup", "AllreduceChoice", "FatTree", "Torus",

@@ -46,6 +46,7 @@ class FatTree(Topology):
             raise ConfigError(f"a fat tree needs >= 2 accelerators, got n={self.n}")
         if not 0 <= self.taper < 1:
             raise ConfigError(f"taper must be in [0, 1), got {self.taper}")
+        self.clos  # noqa: B018  (size it now: a tree that cannot be built fails here)
 
     @cached_property
     def clos(self) -> Clos:

@@ -54,6 +54,7 @@ class HxMesh(Topology):
         if self.params.ports % 4:
             raise ConfigError(f"HammingMesh needs ports per accelerator in multiples of 4, "
                               f"got {self.params.ports}")
+        self.row_tree, self.col_tree  # noqa: B018  (rows and columns must be buildable)
 
     @property
     def lanes(self) -> int:
