@@ -326,6 +326,7 @@ def plan_scheme(graph: PartitionGraph, cluster: Cluster, scheme: Scheme | str,
     scale = max(first.time_s, 1e-12)
     best: Plan | None = None
     low, high = 0.0, scale
+    attempt = first
     for _ in range(40):
         attempt = plan(graph, cluster, scheme, options, penalty=high)
         if attempt.fits:
@@ -335,12 +336,13 @@ def plan_scheme(graph: PartitionGraph, cluster: Cluster, scheme: Scheme | str,
     if best is None:
         if require_fit is False:
             return first
-        worst = first.root.worst_device
+        worst = attempt.root.worst_device
         assert worst is not None
         raise ConfigError(
             f"{graph.name} at batch {options.batch} does not fit on {cluster.spec()} with "
-            f"{scheme.label}: a {worst.accelerator} needs at least "
-            f"{worst.memory_bytes / 2**30:.1f} GiB of {worst.memory_capacity / 2**30:.1f} GiB")
+            f"{scheme.label}: even its most memory-frugal plan needs "
+            f"{worst.memory_bytes / 2**30:.2f} GiB on a {worst.accelerator} with "
+            f"{worst.memory_capacity / 2**30:.2f} GiB")
     for _ in range(24):
         mid = (low + high) / 2
         attempt = plan(graph, cluster, scheme, options, penalty=mid)
