@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from dlcomm.plan import collectives as coll
-from dlcomm.plan.bandwidth import (alltoall_gbps, measure, mincut_gbps, permutation_gbps,
-                                   ring_allreduce_flow)
+from dlcomm.plan.bandwidth import (alltoall_gbps, bisection_flow_gbps, measure, mincut_gbps,
+                                   permutation_gbps, ring_allreduce_flow)
 from dlcomm.plan.commtime import _rate
 from dlcomm.plan.flownet import FlowNet
 from dlcomm.plan.topology import build_topology
@@ -24,6 +24,16 @@ def test_bisection_closed_form_is_the_min_cut(spec):
     low, high = t.bisection_halves()
     assert abs(len(low) - len(high)) <= t.accelerators // 10
     assert mincut_gbps(t.graph("switches"), low, high) == pytest.approx(t.bisection_gbps())
+
+
+@pytest.mark.parametrize("spec", ["fattree:n=128,radix=16", "fattree:n=120,taper=0.5,radix=16",
+                                  "fattree:n=1024", "torus2d:x=8,y=8", "torus2d:x=16,y=8",
+                                  "torus3d:x=8,y=4,z=4,ports=6", "hxmesh:a=2,b=2,x=8,y=4"])
+def test_bisection_closed_form_matches_flow_model(spec):
+    t = build_topology(spec)
+    net = FlowNet.from_graph(t.graph())
+    flow = bisection_flow_gbps(net, *t.bisection_halves())
+    assert flow == pytest.approx(t.bisection_gbps(), rel=0.05)
 
 
 @pytest.mark.parametrize("spec,fraction", [("fattree:n=128,radix=16", 1.0),

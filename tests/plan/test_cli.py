@@ -32,6 +32,8 @@ def test_compare_small_with_workload(tmp_path, capsys):
     assert names[0] == "fat tree non-blocking"         # the baseline is added
     for row in doc["topologies"]:
         assert all(row[k] is not None for k in FIELDS)
+        assert row["usd_per_gbps"]["all-reduce"] == pytest.approx(
+            row["cost_per_accel"] / row["allreduce_gbps_per_accel"])
         assert row["comm_time_s"] > 0 and {c["dim"] for c in row["comm"]} == {"dp", "tp", "pp"}
     assert doc["topologies"][0]["per_dollar_vs_fattree"]["all-reduce"] == pytest.approx(1.0)
     assert doc["workload"]["name"] == "bert-large"

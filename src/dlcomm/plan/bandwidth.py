@@ -2,7 +2,9 @@
 
 - injection: ports x link rate per accelerator (exact);
 - bisection: the topology's closed form (exact for its natural cut; ``mincut_gbps``
-  checks it with a max-flow min-cut on the per-switch graph of small instances);
+  checks it with a max-flow min-cut on the per-switch graph of small instances, and
+  ``bisection_flow_gbps`` with the flow model: each accelerator of one half exchanges
+  with its counterpart in the other);
 - all-to-all: flow model, every accelerator sends to every other at once with ECMP
   shortest-path routing; the rate every pair sustains, times N-1 (exact under the fluid
   model; computed per representative destination when the graph has translations).
@@ -30,6 +32,7 @@ from dlcomm.plan.flows import alltoall_loads, route_matrix, waterfill
 from dlcomm.plan.topology.base import Topology
 
 __all__ = ["Bandwidth", "measure", "alltoall_gbps", "permutation_gbps", "mincut_gbps",
+           "bisection_flow_gbps",
            "ring_allreduce_flow", "DEFAULT_ALLREDUCE_BYTES", "DEFAULT_ALPHA_S"]
 
 DEFAULT_ALLREDUCE_BYTES = 1e9      # a 1 GB gradient (e.g. 500M parameters in fp16)
@@ -92,6 +95,17 @@ def mincut_gbps(graph: Any, side_a: Sequence[int], side_b: Sequence[int]) -> flo
     for node in side_b:
         flow.add_edge(node, sink)
     return float(nx.maximum_flow_value(flow, source, sink))
+
+
+def bisection_flow_gbps(net: FlowNet, side_a: Sequence[int], side_b: Sequence[int]) -> float:
+    """Flow-model bisection: accelerator i of one half exchanges with accelerator i of the
+    other (both directions at once); total rate across the cut in one direction."""
+    a, b = net.node_ids(list(side_a)), net.node_ids(list(side_b))
+    k = min(len(a), len(b))
+    src, dst = np.concatenate([a[:k], b[:k]]), np.concatenate([b[:k], a[:k]])
+    load = route_matrix(net, src, dst) @ np.ones(len(src))
+    used = load > 0
+    return float((net.cap[used] / load[used]).min()) * k
 
 
 def ring_allreduce_flow(net: FlowNet, order: Sequence[int], nbytes: float, alpha: float,

@@ -95,6 +95,8 @@ def _row(topo: Topology, cfg: CompareConfig, comms: list | None) -> dict[str, An
                            cfg.seed)
         row["comm"] = [t.to_dict() for t in times]
         row["comm_time_s"] = sum(t.seconds for t in times)
+    row["usd_per_gbps"] = {label: row["cost_per_accel"] / row[key] if row[key] else None
+                           for key, label in RELATIVE_KEYS.items()}
     row["seconds"] = time.perf_counter() - start
     return row
 

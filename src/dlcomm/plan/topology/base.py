@@ -23,8 +23,12 @@ from typing import Any, Callable, ClassVar
 from dlcomm.errors import ConfigError
 from dlcomm.registry import parse_rate
 
-__all__ = ["LinkParams", "SwitchGroup", "Counts", "Topology", "AllreduceChoice",
+__all__ = ["CABLE_KINDS", "LinkParams", "SwitchGroup", "Counts", "Topology", "AllreduceChoice",
            "take_options", "add_link", "merge_groups", "param_suffix"]
+
+
+CABLE_KINDS = {"dac": {"medium": "electrical", "length": "short"},
+               "aoc": {"medium": "optical", "length": "long"}}
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,7 @@ class Counts:
                 "switch_count": self.switch_count,
                 "switch_ports_used": self.switch_ports_used,
                 "switch_ports_total": self.switch_ports_total,
-                "cables": dict(self.cables)}
+                "cables": dict(self.cables), "cable_kinds": CABLE_KINDS}
 
 
 @dataclass(frozen=True)

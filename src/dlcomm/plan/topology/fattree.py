@@ -11,7 +11,8 @@ Closed forms (P ports of rate r, N accelerators, L1 leaves with u up links):
 - bisection (first half of the leaves against the second): r min(N P / 2, floor(L1/2) u);
 - all-reduce: a leaf-ordered ring crosses each leaf's up links once per direction
   (beta = 1 / min(P r, u r)); Rabenseifner with distance-doubling partners, where round
-  s is limited by the leaf whose up links carry the most crossing partners; hierarchical
+  s is limited by the leaf whose up links carry the most crossing partners; a binomial
+  tree (reduce + broadcast, every round at the slowest round's beta); hierarchical
   (ring inside the leaf, then rings over the leaves on n/m); in-network aggregation
   (``ina=1``: T ~ n / (P r), SwitchML-style, one aggregated stream per up link).
 """
@@ -139,6 +140,10 @@ class FatTree(Topology):
                 betas.append(1 / min(inj, up / worst) if worst else 1 / inj)
             out.append(AllreduceChoice("rabenseifner",
                                        coll.rabenseifner_steps(n, nbytes, alpha, betas)))
+            # binomial reduce + broadcast: latency-optimal for small messages; every
+            # round moves all n bytes, so its slowest round bounds it
+            out.append(AllreduceChoice("binomial tree",
+                                       coll.binomial_allreduce(n, nbytes, alpha, max(betas))))
         if c.levels > 1 and 1 < m < n:
             out.append(AllreduceChoice("hierarchical", coll.hierarchical_allreduce(
                 m, n // m, nbytes, alpha, 1 / inj, 1 / min(inj, up / m))))
