@@ -36,6 +36,8 @@ __all__ = ["partition"]
               help="The scheme --execute runs (dp, owt, hypar, accpar, accpar-equal, dp-balanced).")
 @click.option("--steps", type=int, default=2, show_default=True, help="Steps --execute trains.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of weights and data.")
+@click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float32",
+              show_default=True, help="Element type --execute computes and sends.")
 @click.option("--timeout-s", type=float, default=120.0, show_default=True,
               help="Deadline of the executed run's collectives (s).")
 @click.option("--json", "json_path", help="Write the JSON result (kind partition) here.")
@@ -101,12 +103,13 @@ def partition(**v: Any) -> None:
         run_plan = ExecPlan(types, integer_splits(graph, types, chosen.root.shares,
                                                   options.batch), slowdowns)
         run = execute(table, [run_plan], batch=options.batch, steps=v["steps"],
-                      seed=v["seed"], timeout_s=v["timeout_s"])[0]
+                      seed=v["seed"], timeout_s=v["timeout_s"], dtype=v["dtype"])[0]
         execution = execution_entry(run, chosen, options.batch)
 
     config = {key: v[key] for key in ("workload", "devices", "cluster_file", "batch",
                                       "efficiency", "between_gbps", "bytes_per_element",
-                                      "weight_copies", "execute", "scheme", "steps", "seed")}
+                                      "weight_copies", "execute", "scheme", "steps", "seed",
+                                      "dtype")}
     config.update(hierarchy=options.hierarchy, cluster=cluster.spec(),
                   schemes=list(HEADLINE + ABLATIONS))
     result = partition_result(plans, config, planning_s, execution)

@@ -204,8 +204,7 @@ def plot_partition(result: dict[str, Any], path: str | Path) -> Path:
 
 def execution_entry(run: Any, plan: Plan, batch: int) -> dict[str, Any]:
     """The ``execution`` block: what ran, the checks, and per rank measured vs model bytes."""
-    from dlcomm.plan.partition.execute import BYTES_PER_ELEMENT as bpe
-
+    bpe = run.bytes_per_element
     ranks = []
     for r, report in enumerate(run.ranks):
         steps = report["steps"]
@@ -223,10 +222,11 @@ def execution_entry(run: Any, plan: Plan, batch: int) -> dict[str, Any]:
         })
     return {
         "scheme": plan.scheme.name, "ranks": len(run.ranks), "steps": run.steps,
-        "batch": batch, "bytes_per_element": bpe,
+        "batch": batch, "dtype": run.dtype, "bytes_per_element": bpe,
         "layers": [{"layer": n.name, "type": _TYPE[t], "split": s}
                    for n, t, s in zip(plan.graph.nodes, run.plan.types, run.plan.splits)],
-        "max_grad_error": run.max_grad_error, "tolerance": run.tolerance,
+        "max_grad_error": run.max_grad_error, "grad_scale": run.grad_scale,
+        "tolerance": run.tolerance,
         "gradients_match": run.gradients_match, "bytes_match": run.bytes_match,
         "mismatches": run.mismatches()[:10],
         "reference_losses": run.losses,

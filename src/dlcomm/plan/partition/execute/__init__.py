@@ -23,9 +23,9 @@ from dlcomm.plan.partition.graph import PartitionGraph
 from dlcomm.plan.partition.layouts import integer_split
 from dlcomm.workloads.catalog.base import ModelTable
 
-__all__ = ["ExecPlan", "Execution", "execute", "integer_splits", "BYTES_PER_ELEMENT"]
+__all__ = ["ExecPlan", "Execution", "execute", "integer_splits", "DTYPES"]
 
-BYTES_PER_ELEMENT = 4  # float32 on the CPU ranks
+DTYPES = {"float32": 4, "float64": 8}  # element types the ranks compute and send, in bytes
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,12 @@ class Execution:
     expected: dict[str, tuple[list[int], list[int]]]  # key -> per rank, per step
     ranks: list[dict[str, Any]] = field(default_factory=list)  # per rank: step reports
     losses: list[float] = field(default_factory=list)          # single-process, per step
+    dtype: str = "float32"
+    grad_scale: float = 0.0                   # max |single-process gradient|
+
+    @property
+    def bytes_per_element(self) -> int:
+        return DTYPES[self.dtype]
 
     @property
     def gradients_match(self) -> bool:
@@ -75,7 +81,7 @@ def integer_splits(graph: PartitionGraph, types: list[int], shares: np.ndarray,
 
 def execute(table: ModelTable, plans: list[ExecPlan], *, batch: int, steps: int = 1,
             seed: int = 0, lr: float = 0.01, timeout_s: float = 60.0,
-            tolerance: float = 1e-5) -> list[Execution]:
+            tolerance: float = 1e-5, dtype: str = "float32") -> list[Execution]:
     """Run each plan on p local ranks and check it (module docstring)."""
     import torch
 
@@ -101,22 +107,27 @@ def execute(table: ModelTable, plans: list[ExecPlan], *, batch: int, steps: int 
         raise ConfigError(f"executed plans run on 2 to 8 local ranks, not {world}")
     if steps < 1 or batch < world:
         raise ConfigError("need steps >= 1 and a batch of at least one sample per rank")
+    if dtype not in DTYPES:
+        raise ConfigError(f"dtype must be one of {sorted(DTYPES)}, not {dtype!r}")
     job = {"table": table_to_dict(table), "batch": batch, "steps": steps, "seed": seed,
-           "lr": lr, "plans": [{"types": p.types, "splits": p.splits,
+           "lr": lr, "dtype": dtype, "plans": [{"types": p.types, "splits": p.splits,
                                 "slowdowns": p.slowdowns} for p in plans]}
     results = run_job(job, world, timeout_s)
 
     # the single-process reference: same weights, batches and SGD steps
-    weights = {k: [t.clone() for t in v] for k, v in init_weights(program, seed).items()}
+    torch_dtype = getattr(torch, dtype)
+    weights = {k: list(v) for k, v in init_weights(program, seed, torch_dtype).items()}
     reference, losses = [], []
     for step in range(steps):
-        x, target = make_batch(program, batch, seed, step)
+        x, target = make_batch(program, batch, seed, step, torch_dtype)
         loss, grads = reference_step(program, weights, x, target)
         reference.append(grads)
         losses.append(loss)
         for k in weights:
             weights[k] = [w - lr * g for w, g in zip(weights[k], grads[k])]
 
+    scale = max(float(torch.max(torch.abs(g))) for grads in reference
+                for tensors in grads.values() for g in tensors)
     out = []
     for i, plan in enumerate(plans):
         error = 0.0
@@ -137,7 +148,7 @@ def execute(table: ModelTable, plans: list[ExecPlan], *, batch: int, steps: int 
                     for r, _ in results]
         out.append(Execution(plan, steps, error, tolerance, measured,
                              expected_elements(graph, plan.types, plan.splits, batch),
-                             [r["plans"][i] for r, _ in results], losses))
+                             [r["plans"][i] for r, _ in results], losses, dtype, scale))
     return out
 
 

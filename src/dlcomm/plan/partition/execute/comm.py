@@ -1,7 +1,8 @@
 """Counted collectives on exact tensor slices over torch.distributed point-to-point (gloo).
 
 Every byte a partitioned layer moves goes through two functions here, so the count is the
-algorithm's, on the sending side, element by element (4 bytes each in float32):
+algorithm's, on the sending side, element by element (4 bytes each in float32, 8 in
+float64):
 
 - :func:`redistribute` changes a (B x C ...) tensor's layout (layouts.Layout with integer
   bounds per rank). Rank r needs region ``N_r`` of the global tensor and owns ``O_r``; for

@@ -2,10 +2,15 @@
 
 The executed network is the table's data flow (graph.layer_inputs, ``shortcut_from``):
 convolutions (stride and padding recovered from the feature-map areas), linear layers,
-max pooling (or adaptive average pooling when the areas say so), residual additions, a ReLU
-after every conv/linear but the last, and batch norm as the identity (batch statistics of
-a batch-split layer would need a reduction of their own, outside AccPar's model; its
-parameters are dropped, see :func:`executable_table`). The loss is half the mean squared error
+pooling, residual additions, and batch norm as the identity (batch statistics of a
+batch-split layer would need a reduction of their own, outside AccPar's model; its
+parameters are dropped, see :func:`executable_table`). The network is kept *smooth*: tanh
+after every conv/linear but the last, and window pooling averages instead of taking the
+maximum. A partitioned layer adds its partial sums in another order than one process does,
+so results differ by rounding (~1e-7 in float32); at a kink (ReLU at 0, a near-tie in a
+max-pool window) such a difference can flip the branch and change that element's gradient
+by O(1). With smooth functions the rounding stays rounding (in float64 a ReLU ResNet-18
+plan matches to 3e-15, so the flips are not an error of the partitioning). The loss is half the mean squared error
 against a random target; a sum over elements, it splits over rows and columns, so every
 layout computes its part without communication.
 
@@ -53,11 +58,11 @@ EXECUTABLE_KINDS = ("conv", "linear", "pool", "norm")
 class Op:
     index: int
     name: str
-    kind: str               # conv | linear | maxpool | avgpool | identity
+    kind: str               # conv | linear | pool (window average) | avgpool | identity
     input: int              # op whose output this reads; -1: the network input
     shortcut: int | None    # op whose output is added to this op's output
     node: int | None        # partition node (conv and linear)
-    relu: bool
+    act: bool               # tanh on the output
     in_shape: tuple[int, ...]
     out_shape: tuple[int, ...]
     kernel: int = 1
@@ -127,7 +132,7 @@ def build_program(table: ModelTable) -> tuple[Op, ...]:
             try:
                 geometry = (layer.kernel, *_geometry(h_in, h_out, layer.kernel, what,
                                                      layer.kernel // 2))
-                kind = "maxpool"
+                kind = "pool"
             except ConfigError:
                 kind = "avgpool"
         bias = False
@@ -147,7 +152,8 @@ def build_program(table: ModelTable) -> tuple[Op, ...]:
     return tuple(ops)
 
 
-def init_weights(program: tuple[Op, ...], seed: int) -> dict[int, tuple[torch.Tensor, ...]]:
+def init_weights(program: tuple[Op, ...], seed: int,
+                 dtype: torch.dtype = torch.float32) -> dict[int, tuple[torch.Tensor, ...]]:
     """Full weights (and biases) of every conv/linear, the same on every rank."""
     out = {}
     for op in program:
@@ -157,19 +163,19 @@ def init_weights(program: tuple[Op, ...], seed: int) -> dict[int, tuple[torch.Te
         c_out, c_in = op.out_shape[0], op.in_shape[0]
         shape = (c_out, c_in, op.kernel, op.kernel) if op.kind == "conv" else (c_out, c_in)
         fan_in = c_in * op.kernel ** 2
-        w = torch.randn(shape, generator=gen) * math.sqrt(1.0 / fan_in)
-        b = torch.randn(c_out, generator=gen) * 0.1 if op.bias else None
+        w = (torch.randn(shape, generator=gen) * math.sqrt(1.0 / fan_in)).to(dtype)
+        b = (torch.randn(c_out, generator=gen) * 0.1).to(dtype) if op.bias else None
         out[op.node] = (w, b) if b is not None else (w,)
     return out
 
 
-def make_batch(program: tuple[Op, ...], batch: int, seed: int,
-               step: int) -> tuple[torch.Tensor, torch.Tensor]:
+def make_batch(program: tuple[Op, ...], batch: int, seed: int, step: int,
+               dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     """Input and target of one step, the same on every rank."""
     gen = torch.Generator().manual_seed(seed * 7_919 + 1_000 + step)
     x = torch.randn((batch, *program[0].in_shape), generator=gen)
     target = torch.randn((batch, math.prod(program[-1].out_shape)), generator=gen)
-    return x, target
+    return x.to(dtype), target.to(dtype)
 
 
 def _apply(op: Op, x: torch.Tensor, w: torch.Tensor | None = None,
@@ -183,8 +189,8 @@ def _apply(op: Op, x: torch.Tensor, w: torch.Tensor | None = None,
         return F.conv2d(x, w, b, stride=op.stride, padding=op.padding)
     if op.kind == "linear":
         return F.linear(x.flatten(1), w, b)
-    if op.kind == "maxpool":
-        return F.max_pool2d(x, op.kernel, op.stride, op.padding)
+    if op.kind == "pool":
+        return F.avg_pool2d(x, op.kernel, op.stride, op.padding)
     if op.kind == "avgpool":
         return F.adaptive_avg_pool2d(x, op.out_shape[1:])
     return x
@@ -200,7 +206,7 @@ def reference_step(program: tuple[Op, ...], weights: dict[int, tuple[torch.Tenso
         if op.node is not None:
             w = params[op.node]
             h = _apply(op, h, w[0], w[1] if len(w) > 1 else None)
-            h = F.relu(h) if op.relu else h
+            h = torch.tanh(h) if op.act else h
         else:
             h = _apply(op, h)
         if op.shortcut is not None:
@@ -370,7 +376,7 @@ class PartitionedNet:
             y = _SumForward.apply(y, self.comm, f"intra{node}")
             if len(params) > 1:
                 y = y + params[1].view(1, -1, *([1] * (y.dim() - 2)))
-        y = F.relu(y) if op.relu else y
+        y = torch.tanh(y) if op.act else y
         c_out = op.out_shape[0]
         if t == PartType.I:
             return DT(y, Layout.ROWS, b, self.batch, c_out)

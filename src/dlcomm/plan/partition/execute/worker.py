@@ -46,18 +46,19 @@ def run_rank(job: dict[str, Any], rank: int, world: int) -> tuple[dict[str, Any]
     """Train every plan of the job on this rank; return the report and gradient shards."""
     table = executable_table(table_from_dict(job["table"]))
     program, graph = build_program(table), build_graph(table)
+    dtype = getattr(torch, job.get("dtype", "float32"))
     report: dict[str, Any] = {"rank": rank, "plans": []}
     shards: dict[int, list] = {}
     for i, spec in enumerate(job["plans"]):
         comm = Comm(rank, world)
-        weights = init_weights(program, job["seed"])
+        weights = init_weights(program, job["seed"], dtype)
         net = PartitionedNet(program, graph, spec["types"], spec["splits"], job["batch"], comm,
                              weights, spec["slowdowns"][rank])
         steps, grads = [], []
         for step in range(job["steps"]):
             if job.get("fail_rank") == rank and step == job["steps"] - 1:
                 raise RuntimeError("injected failure")
-            x, target = make_batch(program, job["batch"], job["seed"], step)
+            x, target = make_batch(program, job["batch"], job["seed"], step, dtype)
             start, comm_before, compute_before = (time.perf_counter(), comm.seconds,
                                                   net.clock.seconds)
             loss = net.loss(net.forward(x), target)
