@@ -168,16 +168,17 @@ def level_costs(graph: PartitionGraph, sub: SubProblem, sides: Sides, *,
     unary = (compute + intra).max(-1)
 
     # memory of the layer on side k: weights (with gradients and optimizer state) and the
-    # activations kept for backward, in the side's child sub-problem
-    ones = np.ones((n, 3, p))
-    w_share = np.stack([np.ones((n, p)), shares[:, 1], shares[:, 2]], axis=1)
-    act_share = np.stack([shares[:, 0], shares[:, 1], np.ones((n, p))], axis=1)
-    out_share = np.stack([shares[:, 0], np.ones((n, p)), shares[:, 2]], axis=1)
-    memory = bpe * (weight_copies * (s["W"][:, None, None] * w_share
-                                     + s["fold_params"][:, None, None] * np.stack(
-                                         [ones[:, 0], ones[:, 1], shares[:, 2]], axis=1))
-                    + s["F_in"][:, None, None] * act_share
-                    + s["act_fold"][:, None, None] * out_share)
+    # activations kept for backward, in the side's child sub-problem; per type, which of
+    # them the split divides (the others are replicated)
+    full = np.ones((n, p))
+    w_part = np.stack([full, shares[:, 1], shares[:, 2]], axis=1)          # W: II, III
+    fold_part = np.stack([full, full, shares[:, 2]], axis=1)               # owned params: III
+    in_part = np.stack([shares[:, 0], shares[:, 1], full], axis=1)         # F_in: I, II
+    out_part = np.stack([shares[:, 0], full, shares[:, 2]], axis=1)        # output: I, III
+    memory = bpe * (weight_copies * (s["W"][:, None, None] * w_part
+                                     + s["fold_params"][:, None, None] * fold_part)
+                    + s["F_in"][:, None, None] * in_part
+                    + s["act_fold"][:, None, None] * out_part)
 
     e = len(graph.edges)
     edge_time = np.zeros((e, 3, 3))

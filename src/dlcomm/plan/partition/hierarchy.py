@@ -29,8 +29,8 @@ Memory: a device holds, for every layer, its part of the weights ``weight_copies
 (weights, gradients, optimizer state) and its part of the input activation (kept for
 backward), at ``bytes_per_element``. If a searching scheme's plan does not fit, the search
 is repeated with a penalty ``lambda x (a layer's share of the sides' memory)`` added to
-every layer's cost, and ``lambda`` is raised (doubling, then bisection) until the smallest
-one whose plan fits is found; ConfigError if even the most memory-frugal plan does not fit.
+every layer's cost; ``lambda`` grows geometrically (x4) from the plan's time until a plan
+fits, then bisection finds the smallest that fits; ConfigError if none does.
 """
 
 from __future__ import annotations
@@ -310,7 +310,7 @@ def plan(graph: PartitionGraph, cluster: Cluster, scheme: Scheme | str,
 
 
 def plan_scheme(graph: PartitionGraph, cluster: Cluster, scheme: Scheme | str,
-                options: PlanOptions, *, require_fit: bool | None = None) -> Plan:
+                options: PlanOptions, *, require_fit: bool = True) -> Plan:
     """Plan a scheme within device memory (module docstring, last paragraph).
 
     A fixed scheme (data parallel, OWT) is planned as it is; whether it fits is reported by
@@ -334,7 +334,7 @@ def plan_scheme(graph: PartitionGraph, cluster: Cluster, scheme: Scheme | str,
             break
         low, high = high, high * 4
     if best is None:
-        if require_fit is False:
+        if not require_fit:
             return first
         worst = attempt.root.worst_device
         assert worst is not None
