@@ -126,9 +126,10 @@ def balance_shares(split: np.ndarray, fixed: np.ndarray, flops: np.ndarray) -> n
             break
         active &= ~negative
     shares = np.clip(shares, 0.0, None)
+    total = shares.sum(-1, keepdims=True)
     proportional = p_k / p_k.sum(-1, keepdims=True)
-    shares = np.where(split > 0, shares / shares.sum(-1, keepdims=True), proportional)
-    return shares
+    return np.where((split > 0) & (total > 0), shares / np.where(total > 0, total, 1.0),
+                    proportional)
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,17 @@ it consumes*, its **owner**:
 
 Layers before the first conv/linear (embeddings, a leading norm) are owned by the first
 partitioned layer. The network input costs nothing to lay out: every side reads its part.
+A table whose other layers hold more than half of the parameters (DLRM's and NeuMF's
+embeddings, an LSTM) is refused: the model would price those as dense replicated weights.
 
 Building the graph (steps):
 
 1. a layer's input is the previous layer's output, unless the sizes disagree: then it is
    the nearest earlier tensor (a layer's input or output) of the right size. This finds
    the block input for the first main-path convolution of a residual block, which the
-   catalog lists after the projection shortcut (docs of workloads/catalog/cnn.py);
+   catalog lists after the projection shortcut (docs of workloads/catalog/cnn.py). Tables
+   of other families (recommenders, BERT's pooler) fall back as :func:`layer_inputs` says;
+   their second inputs (``shortcut_from``) are priced as joins, an approximation;
 2. a conv/linear layer becomes a node with an **input edge** from the owner of its input
    tensor (none when it reads the network input, in which case no error flows back, so
    type III has no partial sums to reduce and the backward pass skips the input gradient);
@@ -42,9 +46,11 @@ import numpy as np
 from dlcomm.errors import ConfigError
 from dlcomm.workloads.catalog.base import Layer, ModelTable
 
-__all__ = ["PARTITIONED_KINDS", "Node", "Edge", "PartitionGraph", "build_graph", "layer_inputs"]
+__all__ = ["PARTITIONED_KINDS", "Node", "Edge", "PartitionGraph", "build_graph", "layer_inputs",
+           "MAX_UNPARTITIONED"]
 
 PARTITIONED_KINDS = ("conv", "linear")
+MAX_UNPARTITIONED = 0.5  # largest share of the parameters in layers that cannot be split
 
 
 @dataclass(frozen=True)
@@ -105,7 +111,10 @@ def layer_inputs(table: ModelTable) -> list[int]:
     """For every layer, the index of the layer whose output it reads (-1: the network input).
 
     Step 1 of the module docstring: the previous layer's output, unless the sizes disagree;
-    then the nearest earlier output (or the network input) of the right size.
+    then the nearest earlier output (or the network input) of the right size. If there is
+    none, an embedding reads the network input (its lookups come with the data) and any
+    other layer reads a part of the previous output (BERT's pooler takes the first token;
+    NeuMF and DLRM concatenate the previous output with the ``shortcut_from`` input).
     """
     inputs: list[int] = []
     outputs: list[tuple[int, int]] = []  # (layer index or -1, elements) in creation order
@@ -117,10 +126,8 @@ def layer_inputs(table: ModelTable) -> list[int]:
             inputs.append(outputs[-1][0])
         else:
             found = [idx for idx, elems in reversed(outputs) if elems == layer.in_elems]
-            if not found:
-                raise ConfigError(f"cannot find the input of layer {layer.name!r} "
-                                  f"({layer.in_elems} elements per sample) in {table.name}")
-            inputs.append(found[0])
+            fallback = -1 if layer.kind == "embedding" else outputs[-1][0]
+            inputs.append(found[0] if found else fallback)
         outputs.append((i, layer.out_elems))
     return inputs
 
@@ -130,6 +137,13 @@ def build_graph(table: ModelTable) -> PartitionGraph:
     part = [i for i, layer in enumerate(table.layers) if layer.kind in PARTITIONED_KINDS]
     if not part:
         raise ConfigError(f"model {table.name!r} has no conv or linear layer to partition")
+    other = sum(x.params for x in table.layers if x.kind not in PARTITIONED_KINDS)
+    if other > MAX_UNPARTITIONED * max(table.params, 1):
+        kinds = sorted({x.kind for x in table.layers
+                        if x.kind not in PARTITIONED_KINDS and x.params})
+        raise ConfigError(f"{table.name}: {other / table.params:.0%} of its parameters are in "
+                          f"{'/'.join(kinds)} layers, which AccPar's model does not split "
+                          "(it partitions conv and linear layers)")
     first = part[0]
     leading_params = sum(layer.params for layer in table.layers[:first])
     node_of_layer = {layer_i: k for k, layer_i in enumerate(part)}
