@@ -145,10 +145,11 @@ def _register_commands() -> None:
     from dlcomm.bench.commands import bench
     from dlcomm.emulate.commands import cluster, emulate
     from dlcomm.plan.commands import topo
+    from dlcomm.switch.commands import switch
     from dlcomm.plan.partition.commands import partition
     from dlcomm.workloads.commands import workloads
 
-    for command in (workloads, cluster, emulate, bench, topo, partition):
+    for command in (workloads, cluster, emulate, switch, bench, topo, partition):
         cli.add_command(command)
 
 

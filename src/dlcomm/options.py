@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 import click
 
-__all__ = ["network_options", "network_from", "split_specs"]
+__all__ = ["network_options", "network_from", "split_specs", "switch_options"]
 
 
 def network_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -46,3 +46,20 @@ def split_specs(text: str) -> list[str]:
         else:
             specs.append(part)
     return specs
+
+
+def switch_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """How switch exchanges reach the aggregation switch."""
+    options = [
+        click.option("--switch", help="Use running switches HOST:PORT[,HOST:PORT...] instead "
+                                      "of starting one for the job."),
+        click.option("--switch-shards", type=click.IntRange(1, 64), default=1,
+                     show_default=True, help="Switch processes to start (the tensor is "
+                                             "spread over them)."),
+        click.option("--drop-rate", type=click.FloatRange(0, 1, max_open=True), default=0.0,
+                     show_default=True, help="Inject this packet loss at the switch and the "
+                                             "workers, both directions."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from dlcomm.options import network_options, split_specs
+from dlcomm.options import network_options, split_specs, switch_options
 
 __all__ = ["bench"]
 
@@ -26,12 +26,14 @@ def bench() -> None:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the inputs.")
 @click.option("--timeout-s", type=float, default=300.0, show_default=True)
 @click.option("--json", "json_path", help="Write the JSON result here.")
+@switch_options
 @network_options
 def bench_allreduce(exchanges: str, workers: int, size: str, reps: int, warmup: int, seed: int,
-                    timeout_s: float, json_path: str | None, **net: Any) -> None:
+                    timeout_s: float, json_path: str | None, switch: str | None,
+                    switch_shards: int, drop_rate: float, **net: Any) -> None:
     """Time all-reduces of SIZE bytes per worker through each exchange, with bounds and errors."""
     from dlcomm.bench.allreduce import AllreduceBench
-    from dlcomm.bench.run import print_allreduce_table, run_allreduce
+    from dlcomm.bench.run import SwitchOptions, print_allreduce_table, run_allreduce
     from dlcomm.emulate.network import NetworkOptions
     from dlcomm.registry import parse_size
     from dlcomm.results import check_writable, write_json
@@ -41,7 +43,7 @@ def bench_allreduce(exchanges: str, workers: int, size: str, reps: int, warmup: 
     cfg = AllreduceBench(tuple(split_specs(exchanges)), workers, parse_size(size), reps, warmup,
                          seed, timeout_s)
     check_writable(json_path)
-    result = run_allreduce(cfg, net_opts)
+    result = run_allreduce(cfg, net_opts, SwitchOptions(switch, switch_shards, drop_rate))
     if json_path:
         write_json(json_path, result)
     print_allreduce_table(result, json_path)

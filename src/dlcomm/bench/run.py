@@ -6,7 +6,7 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +16,18 @@ from dlcomm.emulate.plan import parse_topology
 from dlcomm.exchange.bounds import LinkFacts, bandwidth_bound_s
 from dlcomm.jobs import placement, run_workers
 from dlcomm.results import new_result
+from dlcomm.switch.service import switches_for_job
 
-__all__ = ["run_allreduce", "print_allreduce_table", "link_facts"]
+__all__ = ["run_allreduce", "print_allreduce_table", "link_facts", "SwitchOptions"]
+
+
+@dataclass(frozen=True)
+class SwitchOptions:
+    """How a job reaches its aggregation switch, if an exchange needs one."""
+
+    addr: str | None = None     # use running switches (a:p,b:q); else start them here
+    shards: int = 1             # switch processes to start
+    drop_rate: float = 0.0      # loss injected on both sides
 
 
 def link_facts(place: Placement, workers: int) -> LinkFacts | None:
@@ -31,18 +41,25 @@ def link_facts(place: Placement, workers: int) -> LinkFacts | None:
     return LinkFacts(spec.rate_bps, per_rack, per_rack * spec.rate_bps / oversub)
 
 
-def run_allreduce(cfg: AllreduceBench, net: NetworkOptions) -> dict[str, Any]:
+def run_allreduce(cfg: AllreduceBench, net: NetworkOptions, switch: SwitchOptions = SwitchOptions()
+                  ) -> dict[str, Any]:
     """Run the all-reduce benchmark and return its ``bench-allreduce`` result."""
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="dlcomm-bench-") as tmp, \
-            placement(net, cfg.workers) as place:
+            placement(net, cfg.workers) as place, \
+            switches_for_job(cfg.exchanges, place.service_host, place.service_prefix(),
+                             switch.addr, switch.shards, switch.drop_rate) as (specs, service):
         part = Path(tmp) / "measured.json"
-        job = replace(cfg, result_path=str(part), job_name=f"bench{os.getpid()}")
+        job = replace(cfg, exchanges=tuple(specs), result_path=str(part),
+                      job_name=f"bench{os.getpid()}")
         run_workers(bench_config_dict(job), cfg.workers, place,
                     entry=("run-job", "bench-allreduce"))
         raw = json.loads(part.read_text())
+        for entry, original in zip(raw["measured"], cfg.exchanges):
+            entry["exchange"] = original
         links = link_facts(place, cfg.workers)
         info = place.info
+    switch_stats = service.final_stats if service else None
     rows = summarize(raw)
     cores = os.cpu_count() or 1
     for row in rows:
@@ -56,6 +73,7 @@ def run_allreduce(cfg: AllreduceBench, net: NetworkOptions) -> dict[str, Any]:
                                             "bandwidth": net.bandwidth, "topology": net.topology,
                                             "cluster": net.cluster})
     result["network"] = info
+    result["switch"] = switch_stats
     result["results"] = rows
     result["summary"] = {
         "workers": cfg.workers, "size_bytes": cfg.size_bytes,

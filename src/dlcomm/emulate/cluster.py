@@ -140,17 +140,17 @@ class Cluster:
     def describe(self) -> dict:
         spec = self.plan.spec
         return {"name": spec.name, "hosts": spec.hosts, "rate_bps": spec.rate_bps,
-                "topology": spec.topology, "core": self.plan.core,
+                "topology": spec.topology, "mtu": spec.mtu, "core": self.plan.core,
                 "addresses": list(self.plan.addresses), "latency_emulated": False,
                 "shaping": "tc tbf on both ends of every link; netem (latency, loss) is "
                            "not available, so latency is not emulated"}
 
 
 @contextlib.contextmanager
-def temporary_cluster(hosts: int, bandwidth_bps: float, topology: str = "star"
-                      ) -> Iterator[Cluster]:
+def temporary_cluster(hosts: int, bandwidth_bps: float, topology: str = "star",
+                      mtu: int = 9000) -> Iterator[Cluster]:
     """A cluster owned by this process, removed on exit, exception or SIGINT/SIGTERM/SIGHUP."""
-    spec = ClusterSpec(f"p{os.getpid()}", hosts, bandwidth_bps, topology)
+    spec = ClusterSpec(f"p{os.getpid()}", hosts, bandwidth_bps, topology, mtu)
     cluster = Cluster.create(spec)
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
 

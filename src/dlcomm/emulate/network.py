@@ -26,6 +26,7 @@ class NetworkOptions:
     bandwidth: str | None = None     # link rate of a temporary emulated cluster, e.g. "1gbit"
     topology: str = "star"           # "star" or "leafspine:RACKS:HOSTS:OVERSUB"
     cluster: str | None = None       # use a cluster made by `dlcomm cluster up --name NAME`
+    mtu: int = 9000                  # MTU of a temporary emulated cluster
 
     def __post_init__(self) -> None:
         if self.network not in ("loopback", "emulated"):
@@ -88,7 +89,7 @@ def placement(opts: NetworkOptions, workers: int) -> Iterator[Placement]:
         yield Placement(cluster.address(0), cluster, {"network": "emulated",
                                                        **cluster.describe()})
         return
-    ClusterSpec("p0", workers, opts.rate_bps or 0.0, opts.topology)  # validate before root
-    with temporary_cluster(workers, opts.rate_bps or 0.0, opts.topology) as cluster:
+    ClusterSpec("p0", workers, opts.rate_bps or 0.0, opts.topology, opts.mtu)  # validate first
+    with temporary_cluster(workers, opts.rate_bps or 0.0, opts.topology, opts.mtu) as cluster:
         yield Placement(cluster.address(0), cluster, {"network": "emulated",
                                                       **cluster.describe()})

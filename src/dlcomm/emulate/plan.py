@@ -8,6 +8,8 @@ joined through Linux bridges in "switch" namespaces by veth links:
   leaf r <-> spine by one uplink shaped at H * rate / O (oversubscription O).
 
 Every link is shaped with ``tc tbf`` in both directions (each veth end shapes its egress).
+Interfaces use jumbo frames (MTU 9000) unless asked otherwise, and each namespace gets a
+256 MB IP reassembly budget for large UDP datagrams.
 netem is not available on the machines dlcomm targets, so latency is *not* emulated.
 The aggregation switch service runs in the core switch namespace (``sw`` or ``spine``), whose
 bridge carries the address :data:`SWITCH_HOST`.
@@ -33,6 +35,7 @@ PREFIX = "dlcomm-"
 SUBNET = ipaddress.IPv4Network("10.77.0.0/16")
 SWITCH_HOST = "10.77.255.254"  # the core switch namespace's bridge address
 MAX_HOSTS = 4000
+REASSEMBLY_BYTES = 256 << 20
 _NAME_RE = re.compile(r"[a-z0-9]{1,12}")
 
 
@@ -44,6 +47,7 @@ class ClusterSpec:
     hosts: int
     rate_bps: float            # every host link, each direction
     topology: str = "star"     # "star" or "leafspine:RACKS:HOSTS_PER_RACK:OVERSUB"
+    mtu: int = 9000            # every interface: jumbo frames, as training networks use
 
     def __post_init__(self) -> None:
         if not _NAME_RE.fullmatch(self.name):
@@ -53,11 +57,13 @@ class ClusterSpec:
         if not self.rate_bps >= 1e5:
             raise ConfigError(f"link rate must be at least 100kbit, got {self.rate_bps:g} bit/s")
         parse_topology(self.topology, self.hosts)
+        if not 576 <= self.mtu <= 65535:
+            raise ConfigError(f"MTU must be in 576..65535, got {self.mtu}")
 
     @classmethod
-    def from_options(cls, name: str, hosts: int, bandwidth: str,
-                     topology: str = "star") -> "ClusterSpec":
-        return cls(name, hosts, parse_rate(bandwidth), topology)
+    def from_options(cls, name: str, hosts: int, bandwidth: str, topology: str = "star",
+                     mtu: int = 9000) -> "ClusterSpec":
+        return cls(name, hosts, parse_rate(bandwidth), topology, mtu)
 
 
 def parse_topology(text: str, hosts: int) -> tuple[int, int, float]:
@@ -154,8 +160,10 @@ def setup_commands(plan: ClusterPlan) -> list[list[str]]:
     cmds: list[list[str]] = []
     for ns in plan.namespaces:
         cmds += [["ip", "netns", "add", ns], ["ip", "-n", ns, "link", "set", "lo", "up"]]
+    mtu = str(plan.spec.mtu)
     for ns in plan.switches:
         cmds += [["ip", "-n", ns, "link", "add", "br0", "type", "bridge"],
+                 ["ip", "-n", ns, "link", "set", "dev", "br0", "mtu", mtu],
                  ["ip", "-n", ns, "link", "set", "br0", "up"]]
     cmds.append(["ip", "-n", plan.core, "addr", "add", f"{SWITCH_HOST}/{SUBNET.prefixlen}",
                  "dev", "br0"])
@@ -164,11 +172,19 @@ def setup_commands(plan: ClusterPlan) -> list[list[str]]:
                      "peer", "name", link.a_if, "netns", link.a_ns])
         for ns, dev, bridged in ((link.a_ns, link.a_if, link.bridge_a),
                                  (link.b_ns, link.b_if, link.bridge_b)):
+            cmds.append(["ip", "-n", ns, "link", "set", "dev", dev, "mtu", mtu])
             if bridged:
                 cmds.append(["ip", "-n", ns, "link", "set", "dev", dev, "master", "br0"])
             cmds += [["ip", "-n", ns, "link", "set", "dev", dev, "up"], _tbf(ns, dev, link.rate_bps)]
     for ns, addr in zip(plan.hosts, plan.addresses):
         cmds.append(["ip", "-n", ns, "addr", "add", f"{addr}/{SUBNET.prefixlen}", "dev", "eth0"])
+    for ns in plan.namespaces:
+        # UDP datagrams above the MTU travel as IP fragments; a whole window of them from
+        # every worker must fit the reassembly budget (4 MB by default), or the kernel
+        # evicts queued fragments and every datagram in flight is lost.
+        cmds.append(["ip", "netns", "exec", ns, "sysctl", "-qw",
+                     f"net.ipv4.ipfrag_high_thresh={REASSEMBLY_BYTES}",
+                     f"net.ipv4.ipfrag_low_thresh={REASSEMBLY_BYTES * 3 // 4}"])
     return cmds
 
 

@@ -1,6 +1,7 @@
 """Gradient exchanges: one interface, many implementations (see :mod:`dlcomm.exchange.base`)."""
 
 from dlcomm.exchange import ring as _ring  # noqa: F401  (registers "ring")
+from dlcomm.exchange import switch as _switch  # noqa: F401  (registers "switch")
 from dlcomm.exchange.base import (EXCHANGES, Exchange, ExchangeContext, ExchangeStats,
                                   completed_future, make_exchange)
 from dlcomm.exchange.hook import ExchangeHookState, exchange_hook

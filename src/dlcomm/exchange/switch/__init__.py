@@ -1,0 +1,229 @@
+"""``switch``: all-reduce through dlcomm's aggregation switch (SwitchML protocol).
+
+Spec: ``switch:addr=HOST:PORT[+HOST:PORT...],k=16000,window=32,timeout_ms=200,
+deadline_s=30,drop=0,seed=0,multicast=auto|off``. Several addresses shard the job: chunks alternate over the
+switches. When dlcomm starts the switch itself (``dlcomm train|bench --exchange switch``),
+it fills in ``addr``; a running switch can also be named with ``--switch``.
+
+Bootstrap (once per exchange):
+1. the workers all-gather (over torch.distributed) the address each host uses to reach the
+   switch; if every worker is on its own host (and ``multicast`` is not off), rank 0 picks a
+   port that every worker binds on all its interfaces, so that results can come by IP
+   multicast; otherwise (several workers on one host) each binds its own port and the switch
+   sends results to every worker in turn;
+2. the workers all-gather their UDP addresses;
+3. rank 0 registers the job on every shard (its control connection stays open) and
+   broadcasts the job numbers, keys and multicast groups; the other ranks attach; every
+   worker joins the groups;
+4. from then on gradients move only through the switch; a rank whose control connection
+   drops makes the others fail at once, naming it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from dlcomm.errors import ConfigError, ExchangeError
+from dlcomm.exchange.base import EXCHANGES, Exchange, ExchangeContext, completed_future
+from dlcomm.exchange.switch.control import ControlClient
+from dlcomm.exchange.switch.transport import Transport
+from dlcomm.exchange.switch.window import Shard, Timing
+from dlcomm.sockets import set_buffers
+from dlcomm.wire.packet import max_elements
+
+__all__ = ["SwitchExchange", "parse_addresses", "SWITCH_ENV"]
+
+SWITCH_ENV = "DLCOMM_SWITCH"  # set by dlcomm's launchers when they start the switch
+DEFAULT_K = 16000  # 64,032-byte datagrams: near the UDP maximum, few per-packet costs
+DEFAULT_WINDOW = 8  # per shard: enough to fill a link, small enough not to overflow queues
+
+Address = tuple[str, int]
+
+
+def parse_addresses(text: str) -> list[Address]:
+    """``a:p+b:q`` (or ``a:p,b:q``) -> [(a, p), (b, q)]."""
+    out = []
+    for part in filter(None, (p.strip() for p in text.replace(",", "+").split("+"))):
+        host, _, port = part.rpartition(":")
+        try:
+            out.append((host, int(port)))
+        except ValueError:
+            raise ConfigError(f"bad switch address {part!r} (expected HOST:PORT)") from None
+        if not host or not 0 < out[-1][1] < 65536:
+            raise ConfigError(f"bad switch address {part!r} (expected HOST:PORT)")
+    if not out:
+        raise ConfigError("the switch exchange needs addr=HOST:PORT (or --switch)")
+    return out
+
+
+def _local_address(switch: Address) -> str:
+    """The address this host uses to reach ``switch`` (the emulated host sets it)."""
+    if os.environ.get("DLCOMM_HOST_ADDR"):
+        return os.environ["DLCOMM_HOST_ADDR"]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(switch)
+        return str(probe.getsockname()[0])
+
+
+class SwitchExchange(Exchange):
+    """Sums through one or more aggregation switches; counts bytes on its own socket."""
+
+    name = "switch"
+
+    def __init__(self, ctx: ExchangeContext, addresses: list[Address], k: int = DEFAULT_K,
+                 window: int = DEFAULT_WINDOW, timing: Timing = Timing(), drop_rate: float = 0.0,
+                 seed: int = 0, multicast: bool = True) -> None:
+        super().__init__(ctx, counting="measured")
+        if not 1 <= k <= max_elements():
+            raise ConfigError(f"switch k must be in 1..{max_elements()}, got {k}")
+        if window < 1:
+            raise ConfigError(f"switch window must be >= 1, got {window}")
+        if not 0 <= drop_rate < 1:
+            raise ConfigError(f"switch drop rate must be in [0, 1), got {drop_rate}")
+        self.k, self.window, self.addresses = k, window, addresses
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.controls: list[ControlClient] = []
+        self.multicast_port: int | None = None
+        try:
+            self._bind(ctx, _local_address(addresses[0]), multicast)
+            shards = self._bootstrap(ctx)
+        except BaseException:
+            self._close_sockets(leave=False)
+            raise
+        self.transport = Transport(self.sock, ctx.rank, ctx.world_size, k, shards, timing,
+                                   drop_rate, seed, failure=self._failure)
+
+    def _bind(self, ctx: ExchangeContext, host: str, multicast: bool) -> None:
+        """Bind the data socket; one common port on every host if results can be multicast."""
+        hosts: list[Any] = [None] * ctx.world_size
+        dist.all_gather_object(hosts, host, group=ctx.group)
+        self.host = host
+        if multicast and len(set(hosts)) == len(hosts) and not any(
+                h.startswith("127.") for h in hosts):
+            port = [random.randint(30000, 59999)]
+            dist.broadcast_object_list(port, src=0, group=None)
+            try:
+                self.sock.setsockopt(socket.IPPROTO_IP, 49, 0)  # IP_MULTICAST_ALL: joined only
+                self.sock.bind(("0.0.0.0", port[0]))
+                ok = True
+            except OSError:
+                ok = False
+            oks: list[Any] = [None] * ctx.world_size
+            dist.all_gather_object(oks, ok, group=ctx.group)
+            if all(oks):
+                self.multicast_port = port[0]
+                set_buffers(self.sock)
+                return
+            self.sock.close()
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        set_buffers(self.sock)
+        self.sock.bind((host, 0))
+
+    def _bootstrap(self, ctx: ExchangeContext) -> list[Shard]:
+        mine = (self.host, int(self.sock.getsockname()[1]))
+        everyone: list[Any] = [None] * ctx.world_size
+        dist.all_gather_object(everyone, mine, group=ctx.group)
+        grants: list[Any] = [None]
+        if ctx.rank == 0:
+            try:
+                granted = []
+                for addr in self.addresses:
+                    control = ControlClient(addr)
+                    self.controls.append(control)
+                    reply = control.request({"op": "register", "addresses": everyone,
+                                             "slots": self.window, "k": self.k,
+                                             "name": ctx.job_name,
+                                             "multicast_port": self.multicast_port})
+                    granted.append((reply["job"], reply["key"], reply["slots"],
+                                    reply.get("group")))
+                grants = [granted]
+            except ExchangeError as exc:
+                grants = [str(exc)]
+        dist.broadcast_object_list(grants, src=0, group=None)
+        if isinstance(grants[0], str):
+            raise ExchangeError(grants[0])
+        if ctx.rank != 0:
+            for addr, (job, key, _, _) in zip(self.addresses, grants[0]):
+                control = ControlClient(addr)
+                self.controls.append(control)
+                control.request({"op": "attach", "job": job, "key": key, "rank": ctx.rank})
+        self.groups = sorted({g for *_, g in grants[0] if g})
+        for group in self.groups:
+            membership = socket.inet_aton(group) + socket.inet_aton(self.host)
+            try:
+                self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, membership)
+            except OSError as exc:
+                raise ExchangeError(f"cannot join multicast group {group} on {self.host}: "
+                                    f"{exc.strerror or exc}") from exc
+        return [Shard(addr, job, int(key, 16), slots)
+                for addr, (job, key, slots, _) in zip(self.addresses, grants[0])]
+
+    def _failure(self) -> str | None:
+        return next((c.failure for c in self.controls if c.failure), None)
+
+    def allreduce(self, flat: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+        s = self._stats
+        s.calls += 1
+        s.elements += flat.numel()
+        if flat.numel() == 0:
+            return completed_future(flat)
+        if flat.dtype != torch.float32:
+            raise ExchangeError(f"the switch exchange sums float32 tensors, got {flat.dtype}")
+        return self.transport.submit(flat)
+
+    def stats(self):  # type: ignore[no-untyped-def]
+        t = self.transport.stats
+        s = self._stats
+        s.bytes_sent, s.bytes_received = t.bytes_sent, t.bytes_received
+        s.extra = {"packets_sent": t.packets_sent, "packets_received": t.packets_received,
+                   "retransmissions": t.retransmissions, "drops_injected": t.drops_injected,
+                   "probes": t.extra.get("probes", 0),
+                   "k": self.k, "window": self.window, "shards": len(self.addresses),
+                   "multicast": bool(self.groups)}
+        return super().stats()
+
+    def _close_sockets(self, leave: bool) -> None:
+        for control in self.controls:
+            control.close(leave=leave)
+        self.sock.close()
+
+    def close(self) -> None:
+        self.transport.close()
+        self._close_sockets(leave=True)
+
+
+def _opt(options: dict[str, str], key: str, convert: Any, default: Any) -> Any:
+    if key not in options:
+        return default
+    try:
+        return convert(options.pop(key))
+    except ValueError:
+        raise ConfigError(f"exchange 'switch': bad value for {key!r}") from None
+
+
+@EXCHANGES.register("switch", "in-network aggregation through dlcomm's switch (SwitchML)")
+def _make_switch(ctx: ExchangeContext, **options: str) -> Exchange:
+    opts = dict(options)
+    addr_text = opts.pop("addr", None) or os.environ.get(SWITCH_ENV)
+    if not addr_text:
+        raise ConfigError("exchange 'switch' needs addr=HOST:PORT (or let dlcomm start the "
+                          "switch: dlcomm train/bench --exchange switch)")
+    timing = Timing(initial_timeout_s=_opt(opts, "timeout_ms", float, 200.0) / 1000,
+                    deadline_s=_opt(opts, "deadline_s", float, 30.0))
+    k = _opt(opts, "k", int, DEFAULT_K)
+    window = _opt(opts, "window", int, DEFAULT_WINDOW)
+    drop = _opt(opts, "drop", float, 0.0)
+    seed = _opt(opts, "seed", int, 0)
+    multicast = opts.pop("multicast", "auto")
+    if multicast not in ("auto", "off"):
+        raise ConfigError(f"exchange 'switch': multicast must be auto or off, got {multicast!r}")
+    if opts:
+        raise ConfigError(f"exchange 'switch' has no option(s) {sorted(opts)}")
+    return SwitchExchange(ctx, parse_addresses(addr_text), k, window, timing, drop, seed,
+                          multicast == "auto")

@@ -1,0 +1,146 @@
+"""The worker's I/O shell: one UDP socket and one thread that drives :class:`AllreduceOp`s.
+
+Operations run one after another in submission order (DDP hands buckets over in order);
+each resolves its Future with the summed tensor or fails it with the op's error. Every
+byte sent and received is counted here, on dlcomm's own socket.
+"""
+
+from __future__ import annotations
+
+import queue
+import random
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from dlcomm.errors import ExchangeError
+from dlcomm.exchange.switch.window import AllreduceOp, RttEstimator, Send, Shard, Timing
+from dlcomm.wire.packet import Malformed, decode
+
+__all__ = ["Transport", "TransportStats"]
+
+
+@dataclass
+class TransportStats:
+    packets_sent: int = 0
+    packets_received: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    retransmissions: int = 0
+    drops_injected: int = 0
+    malformed: int = 0
+    ops: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+class Transport:
+    def __init__(self, sock: socket.socket, rank: int, workers: int, k: int,
+                 shards: list[Shard], timing: Timing, drop_rate: float = 0.0, seed: int = 0,
+                 failure: "callable[[], str | None]" = lambda: None) -> None:  # type: ignore[valid-type]
+        self.sock, self.rank, self.workers, self.k = sock, rank, workers, k
+        self.shards, self.timing = shards, timing
+        self.seqs = [[0] * sh.slots for sh in shards]
+        self.rtt = RttEstimator(timing)
+        self.drop_rate = drop_rate
+        self.rng = random.Random(seed * 7919 + rank)
+        self.failure = failure
+        self.stats = TransportStats()
+        self.broken: ExchangeError | None = None
+        self._ops: queue.Queue[tuple[torch.Tensor, torch.futures.Future] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="dlcomm-switch-io", daemon=True)
+        self._thread.start()
+
+    def submit(self, flat: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+        fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        if self.broken is not None:
+            fut.set_exception(self.broken)
+        else:
+            self._ops.put((flat, fut))
+        return fut
+
+    def close(self) -> None:
+        self._ops.put(None)
+        self._thread.join(timeout=10)
+
+    # -- the I/O thread ------------------------------------------------------------------
+    def _send(self, sends: list[Send]) -> None:
+        for addr, header, body in sends:
+            if self.drop_rate and self.rng.random() < self.drop_rate:
+                self.stats.drops_injected += 1
+                continue
+            try:
+                n = self.sock.sendmsg([header.pack(), body], [], 0, addr)
+            except OSError as exc:
+                raise ExchangeError(f"cannot send to the switch at {addr[0]}:{addr[1]}: "
+                                    f"{exc.strerror or exc}") from exc
+            self.stats.packets_sent += 1
+            self.stats.bytes_sent += n
+
+    def _run(self) -> None:
+        buf = bytearray(1 << 16)
+        view = memoryview(buf)
+        while True:
+            item = self._ops.get()
+            if item is None:
+                return
+            flat, fut = item
+            if self.broken is not None:
+                fut.set_exception(self.broken)
+                continue
+            try:
+                self._run_op(flat, view, buf)
+            except ExchangeError as exc:
+                self.broken = exc  # the job's slot rounds may now differ between workers
+                fut.set_exception(exc)
+                continue
+            except Exception as exc:  # noqa: BLE001 (reported through the Future)
+                self.broken = ExchangeError(f"switch client failed: {exc!r}")
+                fut.set_exception(self.broken)
+                continue
+            self.stats.ops += 1
+            fut.set_result(flat)
+
+    def _run_op(self, flat: torch.Tensor, view: memoryview, buf: bytearray) -> None:
+        data = flat.detach().numpy() if flat.is_contiguous() else flat.contiguous().numpy()
+        op = AllreduceOp(data, data, self.rank, self.workers, self.k, self.shards, self.seqs,
+                         self.timing, self.rtt)
+        sock = self.sock
+        self._send(op.start(time.monotonic()))
+        next_check = time.monotonic() + 0.2
+        while not op.done:
+            now = time.monotonic()
+            if now >= next_check:  # a dead peer or switch, reported on the control channel
+                next_check = now + 0.2
+                failure = self.failure()
+                if failure:
+                    raise ExchangeError(failure)
+            wait = op.next_deadline() - now
+            if wait <= 0:
+                self._send(op.on_timeout(now))
+                continue
+            sock.settimeout(min(wait, 0.1))
+            try:
+                n, src = sock.recvfrom_into(buf)
+            except TimeoutError:
+                continue
+            if self.drop_rate and self.rng.random() < self.drop_rate:
+                self.stats.drops_injected += 1
+                continue
+            self.stats.packets_received += 1
+            self.stats.bytes_received += n
+            try:
+                hdr, payload = decode(view[:n])
+            except Malformed:
+                self.stats.malformed += 1
+                continue
+            self._send(op.on_packet(hdr, payload, src, time.monotonic()))
+        self.stats.retransmissions += op.retransmissions
+        self.stats.extra["probes"] = self.stats.extra.get("probes", 0) + op.probes
+        if op.error is not None:
+            raise op.error
+        if not flat.is_contiguous():
+            flat.copy_(torch.from_numpy(data))

@@ -1,0 +1,258 @@
+"""The worker's side of the aggregation protocol as a pure state machine (no sockets).
+
+One :class:`AllreduceOp` sums a float32 tensor over all workers through one or more
+switch shards. The tensor is cut into chunks of k elements; the job's slots on every shard
+form a window of P positions, and chunk j uses position j mod P (positions alternate
+between shards, so shards share the load). Per position (REFERENCES.md section 1):
+
+1. an exponent-only round (no payload) announces the exponent of the position's first
+   chunk; the switch answers with the maximum over workers;
+2. each data round sends the position's chunk quantized with that agreed exponent and
+   announces the exponent of the position's next chunk (one round ahead);
+3. the result is dequantized into the output and the position moves on to chunk j + P
+   (self-clocking: a slot is reused only after its result came back).
+
+When a position's result does not arrive before its retransmission timeout, the worker
+sends a header-only PROBE; the switch answers with a STATUS bitmap of who has contributed,
+flagged COMPLETE once the round is complete. If the bitmap lacks this worker (its packet
+was lost), the payload is sent again at once, with the same sequence number so the switch
+recognises a retransmission. If the round was complete, the result is on its way or lost:
+the next timeout's probe asks the switch to RESEND it. Timeouts come from the RFC 6298 estimator (srtt +
+4 rttvar from unretransmitted rounds), doubled on every consecutive timeout. If no result
+arrives for ``deadline_s``, the op fails naming the ranks the switch is still waiting for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dlcomm.errors import ExchangeError, ExchangeTimeout
+from dataclasses import replace
+
+from dlcomm.wire.packet import COMPLETE, DATA, ERROR, PROBE, RESEND, RESULT, STATUS, Header
+from dlcomm.wire.quant import (EXP_NONFINITE, EXP_ZERO, chunk_exponents, dequantize_into,
+                               quantize)
+
+__all__ = ["Shard", "Timing", "RttEstimator", "AllreduceOp", "Send"]
+
+Address = tuple[str, int]
+Send = tuple[Address, Header, bytes | memoryview]
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One switch process serving part of the job."""
+
+    address: Address
+    job: int
+    key: int
+    slots: int
+
+
+@dataclass(frozen=True)
+class Timing:
+    initial_timeout_s: float = 0.2     # before any round-trip was measured
+    min_timeout_s: float = 0.02
+    max_timeout_s: float = 2.0
+    deadline_s: float = 30.0           # no progress for this long: the op fails
+
+
+class RttEstimator:
+    """Retransmission timeout from measured round trips (RFC 6298)."""
+
+    def __init__(self, timing: Timing) -> None:
+        self.timing = timing
+        self.srtt: float | None = None
+        self.rttvar = 0.0
+
+    def sample(self, rtt: float) -> None:
+        if self.srtt is None:
+            self.srtt, self.rttvar = rtt, rtt / 2
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
+            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+
+    def timeout(self, backoff: int = 0) -> float:
+        t = self.timing
+        base = t.initial_timeout_s if self.srtt is None else self.srtt + 4 * self.rttvar
+        return min(t.max_timeout_s, max(t.min_timeout_s, base) * 2 ** backoff)
+
+
+@dataclass
+class _Position:
+    index: int                       # place in the window; its first chunk
+    shard: int
+    slot: int
+    chunk: int = -1                  # -1: the exponent round
+    seq: int = 0
+    e_used: int = EXP_ZERO           # exponent the in-flight chunk was quantized with
+    header: Header | None = None
+    payload: np.ndarray | None = None
+    sent_at: float = 0.0
+    deadline: float = 0.0
+    retries: int = 0
+    done: bool = False
+    waiting_for: int | None = None   # bitmap of contributors from the switch's last STATUS
+    complete_seen: bool = False      # a STATUS said the round is complete
+
+
+@dataclass
+class AllreduceOp:
+    """Sum ``data`` over ``workers`` into ``out`` (which may be ``data`` itself)."""
+
+    data: np.ndarray
+    out: np.ndarray
+    rank: int
+    workers: int
+    k: int
+    shards: list[Shard]
+    seqs: list[list[int]]            # per shard, per slot: the job's next sequence number
+    timing: Timing = field(default_factory=Timing)
+    rtt: RttEstimator | None = None
+
+    def __post_init__(self) -> None:
+        if self.data.dtype != np.float32 or self.out.dtype != np.float32:
+            raise ExchangeError("the switch exchange sums float32 tensors")
+        self.rtt = self.rtt or RttEstimator(self.timing)
+        self.chunks = -(-len(self.data) // self.k)
+        self.exps = chunk_exponents(self.data, self.k) if self.chunks else np.zeros(0, np.int32)
+        order = [(s, slot) for slot in range(max(sh.slots for sh in self.shards))
+                 for s, sh in enumerate(self.shards) if slot < sh.slots]
+        self.positions = [_Position(i, s, slot) for i, (s, slot) in enumerate(order[: self.chunks])]
+        self.remaining = self.chunks
+        self.error: ExchangeError | None = None
+        self.last_progress = 0.0
+        self.retransmissions = 0
+        self.probes = 0
+        self._by_slot = {(p.shard, p.slot): p for p in self.positions}
+        bad = np.flatnonzero(self.exps == EXP_NONFINITE)
+        self.local_nonfinite = int(bad[0]) * self.k if len(bad) else None
+
+    @property
+    def done(self) -> bool:
+        return self.remaining == 0 or self.error is not None
+
+    def _tsi(self, chunk: int) -> int:
+        return chunk * self.k
+
+    def _next_exp(self, chunk: int) -> int:
+        return int(self.exps[chunk]) if chunk < self.chunks else EXP_ZERO
+
+    def _send(self, pos: _Position, now: float, probe: bool = False) -> Send:
+        shard = self.shards[pos.shard]
+        pos.sent_at = now
+        pos.deadline = now + self.rtt.timeout(pos.retries)  # type: ignore[union-attr]
+        assert pos.header is not None
+        if probe:
+            flags = PROBE | (RESEND if pos.complete_seen else 0)
+            return (shard.address, replace(pos.header, flags=flags), b"")
+        body = memoryview(pos.payload).cast("B") if pos.payload is not None else b""
+        return (shard.address, pos.header, body)
+
+    def _arm(self, pos: _Position, chunk: int, e_max: int, now: float) -> Send:
+        """Prepare and send the round for ``chunk`` (or the exponent round if chunk < 0)."""
+        shard = self.shards[pos.shard]
+        pos.seq = self.seqs[pos.shard][pos.slot]
+        self.seqs[pos.shard][pos.slot] += 1
+        pos.retries = 0
+        pos.waiting_for = None
+        pos.complete_seen = False
+        if chunk < 0:  # exponent round for the position's first chunk
+            pos.chunk, pos.payload = -1, None
+            pos.header = Header(DATA, shard.job, self.rank, pos.slot, 0, pos.seq,
+                                self._tsi(pos.index), self._next_exp(pos.index), shard.key)
+        else:
+            lo, hi = self._tsi(chunk), min(self._tsi(chunk) + self.k, len(self.data))
+            pos.chunk, pos.e_used = chunk, e_max
+            pos.payload = quantize(self.data[lo:hi], e_max, self.workers)
+            pos.header = Header(DATA, shard.job, self.rank, pos.slot, hi - lo, pos.seq, lo,
+                                self._next_exp(chunk + len(self.positions)), shard.key)
+        return self._send(pos, now)
+
+    def start(self, now: float) -> list[Send]:
+        """The exponent rounds of every position. A worker whose tensor holds NaN/Inf still
+        takes part: it announces EXP_NONFINITE, so every worker fails the same way."""
+        self.last_progress = now
+        return [self._arm(p, -1, EXP_ZERO, now) for p in self.positions]
+
+    def on_packet(self, hdr: Header, payload: memoryview, src: Address, now: float) -> list[Send]:
+        """Handle a packet from a switch; return what to send next."""
+        pos = self._by_slot.get((self._shard_of(src, hdr), hdr.slot))
+        if pos is None or pos.done or self.error is not None:
+            return []
+        if hdr.type == ERROR:
+            self.error = ExchangeError(f"switch {src[0]}:{src[1]}: "
+                                       f"{bytes(payload).decode(errors='replace')}")
+            return []
+        if hdr.seq != pos.seq:
+            return []  # a duplicate of an earlier round
+        if hdr.type == STATUS:
+            pos.waiting_for = int.from_bytes(bytes(payload), "little")
+            pos.complete_seen = bool(hdr.flags & COMPLETE)
+            if not (pos.waiting_for >> self.rank) & 1:  # our packet was lost: send it again
+                self.retransmissions += 1
+                return [self._send(pos, now)]
+            return []
+        if hdr.type != RESULT or hdr.numel != (pos.header.numel if pos.header else 0):
+            return []
+        if pos.retries == 0:
+            self.rtt.sample(now - pos.sent_at)  # type: ignore[union-attr]
+        self.last_progress = now
+        if pos.chunk >= 0:
+            lo = pos.header.tsi  # type: ignore[union-attr]
+            dequantize_into(self.out[lo: lo + hdr.numel],
+                            np.frombuffer(payload, dtype=np.int32), pos.e_used, self.workers)
+            self.remaining -= 1
+            nxt = pos.chunk + len(self.positions)
+        else:
+            nxt = pos.index
+        if hdr.exp == EXP_NONFINITE:
+            where = (f"this worker (rank {self.rank}) near element {self.local_nonfinite}"
+                     if self.local_nonfinite is not None else "another worker")
+            self.error = ExchangeError(f"a gradient holds NaN or Inf ({where}); the switch "
+                                       "exchange refuses to sum it")
+            return []
+        if nxt >= self.chunks:
+            pos.done = True
+            return []
+        return [self._arm(pos, nxt, hdr.exp, now)]
+
+    def _shard_of(self, src: Address, hdr: Header) -> int:
+        for i, sh in enumerate(self.shards):
+            if sh.address == src and sh.job == hdr.job and (sh.key == hdr.key or hdr.type == ERROR):
+                return i
+        return -1
+
+    def next_deadline(self) -> float:
+        pending = [p.deadline for p in self.positions if not p.done]
+        return min(pending) if pending else float("inf")
+
+    def on_timeout(self, now: float) -> list[Send]:
+        """Retransmit every position whose timeout passed; fail after ``deadline_s``."""
+        if now - self.last_progress > self.timing.deadline_s:
+            self.error = self._stuck_error(now)
+            return []
+        out = []
+        for pos in self.positions:
+            if not pos.done and pos.deadline <= now:
+                pos.retries += 1
+                self.probes += 1
+                out.append(self._send(pos, now, probe=True))
+        return out
+
+    def _stuck_error(self, now: float) -> ExchangeTimeout:
+        stuck = [p for p in self.positions if not p.done]
+        known = [p for p in stuck if p.waiting_for is not None]
+        if known:
+            p = known[0]
+            missing = [r for r in range(self.workers) if not (p.waiting_for >> r) & 1]  # type: ignore[operator]
+            addr = self.shards[p.shard].address
+            return ExchangeTimeout(
+                f"no progress for {now - self.last_progress:.1f} s: the switch at "
+                f"{addr[0]}:{addr[1]} is still waiting for rank(s) "
+                f"{', '.join(map(str, missing))} (slot {p.slot}, round {p.seq})")
+        addr = self.shards[stuck[0].shard].address if stuck else ("?", 0)
+        return ExchangeTimeout(f"no answer from the switch at {addr[0]}:{addr[1]} for "
+                               f"{now - self.last_progress:.1f} s (is it running and reachable?)")

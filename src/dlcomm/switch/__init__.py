@@ -1,0 +1,1 @@
+"""The aggregation switch: a pure dataplane state machine, job control, and a UDP service."""

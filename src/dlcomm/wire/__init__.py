@@ -1,0 +1,1 @@
+"""Pure protocol code: packet headers and fixed-point quantization (no sockets here)."""

@@ -1,0 +1,103 @@
+"""Packets of the aggregation protocol (SwitchML-style, REFERENCES.md section 1).
+
+Every packet is one UDP datagram: a 32-byte little-endian header and a payload.
+
+    magic   u16   0xD1C0 (anything else is a foreign packet)
+    version u8    1
+    type    u8    DATA (worker -> switch), RESULT, STATUS, ERROR (switch -> worker)
+    job     u16   job number given by the switch's control channel
+    worker  u16   the sender's rank in the job (0xFFFF from the switch)
+    slot    u16   slot index within the job's range of slots
+    numel   u16   int32 elements in the payload (0: an exponent-only round)
+    seq     u32   how many times the job has used this slot; seq mod 2 is the slot's copy
+    tsi     u32   tensor start index: element offset of the chunk in the tensor
+    exp     i16   DATA: exponent of the sender's *next* chunk on this slot (one round ahead);
+                  RESULT: the maximum of those over all workers
+    flags   u8    DATA: PROBE (0x01) a header-only packet asking whether the switch holds the
+                  sender's contribution for (slot, seq); with RESEND (0x02) it also asks for
+                  the result to be sent again if the round is complete.
+                  STATUS: COMPLETE (0x04) the round is complete (its result was multicast).
+    resv    u8    0
+    key     u64   the job's secret key (a bearer token, see docs/switch.md)
+
+Payload: DATA/RESULT: ``numel`` int32 values; STATUS: a bitmap of the workers whose
+contribution the switch holds for that slot round (bit i = rank i); ERROR: a UTF-8 message.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+__all__ = ["HEADER", "HEADER_SIZE", "MAGIC", "VERSION", "DATA", "RESULT", "STATUS", "ERROR",
+           "PROBE", "RESEND", "COMPLETE",
+           "SWITCH_RANK", "MAX_DATAGRAM", "max_elements", "Header", "Malformed", "decode",
+           "encode", "TYPE_NAMES"]
+
+HEADER = struct.Struct("<HBBHHHHIIhBBQ")
+HEADER_SIZE = HEADER.size  # 32
+MAGIC = 0xD1C0
+VERSION = 1
+DATA, RESULT, STATUS, ERROR = 1, 2, 3, 4
+TYPE_NAMES = {DATA: "data", RESULT: "result", STATUS: "status", ERROR: "error"}
+SWITCH_RANK = 0xFFFF
+PROBE, RESEND, COMPLETE = 0x01, 0x02, 0x04
+MAX_DATAGRAM = 65507  # largest UDP payload over IPv4
+
+
+def max_elements() -> int:
+    """The most int32 elements one datagram can carry."""
+    return (MAX_DATAGRAM - HEADER_SIZE) // 4
+
+
+class Malformed(ValueError):
+    """A datagram that is not a well-formed packet; ``reason`` names the drop counter."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    type: int
+    job: int
+    worker: int
+    slot: int
+    numel: int
+    seq: int
+    tsi: int
+    exp: int
+    key: int
+    flags: int = 0
+
+    def pack(self) -> bytes:
+        return HEADER.pack(MAGIC, VERSION, self.type, self.job, self.worker, self.slot,
+                           self.numel, self.seq, self.tsi, self.exp, self.flags, 0, self.key)
+
+
+def decode(data: bytes | bytearray | memoryview) -> tuple[Header, memoryview]:
+    """Parse a datagram into its header and a zero-copy view of its payload.
+
+    Raises :class:`Malformed` with reason ``truncated``, ``foreign``, ``version``,
+    ``type`` or ``length``.
+    """
+    if len(data) < HEADER_SIZE:
+        raise Malformed("truncated", f"{len(data)} bytes")
+    (magic, version, typ, job, worker, slot, numel, seq, tsi, exp, flags, _resv,
+     key) = HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise Malformed("foreign", f"magic {magic:#06x}")
+    if version != VERSION:
+        raise Malformed("version", f"version {version}")
+    if typ not in TYPE_NAMES:
+        raise Malformed("type", f"type {typ}")
+    payload = memoryview(data)[HEADER_SIZE:]
+    if typ in (DATA, RESULT) and len(payload) != (0 if flags & PROBE else 4 * numel):
+        raise Malformed("length", f"{len(payload)} payload bytes for {numel} elements")
+    return Header(typ, job, worker, slot, numel, seq, tsi, exp, key, flags), payload
+
+
+def encode(header: Header, payload: bytes | bytearray | memoryview = b"") -> bytes:
+    """The datagram of ``header`` and ``payload`` (sockets can also send the two parts)."""
+    return header.pack() + bytes(payload)
