@@ -13,7 +13,7 @@ import click
 
 from dlcomm import __version__
 from dlcomm.errors import DlcommError
-from dlcomm.options import network_from, network_options
+from dlcomm.options import network_from, network_options, switch_options
 
 __all__ = ["main", "cli"]
 
@@ -66,13 +66,15 @@ def _train_config(config_file: str | None, json_path: str | None, **cli_values: 
 
 @cli.command()
 @click.option("--workers", type=int, help="Worker processes (default 4).")
+@switch_options
 @network_options
 @train_options
-def train(**values: Any) -> None:
+def train(switch: str | None, switch_shards: int, drop_rate: float, **values: Any) -> None:
     """Train a workload on N workers (DDP over gloo, env:// rendezvous)."""
     from dlcomm.exchange import EXCHANGES
     from dlcomm.jobs import placement, run_workers
     from dlcomm.results import check_writable
+    from dlcomm.switch.service import switches_for_job
     from dlcomm.workloads import WORKLOADS
 
     cfg = _train_config(**values)
@@ -81,9 +83,12 @@ def train(**values: Any) -> None:
     EXCHANGES.check(cfg.exchange)
     check_writable(cfg.json, "--json")
     check_writable(cfg.plot, "--plot")
-    with placement(net, cfg.workers) as place:
-        job = cfg.replace(master_addr=place.master_addr,
-                          extra={**cfg.extra, "network_info": place.info})
+    with placement(net, cfg.workers) as place, \
+            switches_for_job([cfg.exchange], place.service_host, place.service_prefix(),
+                             switch, switch_shards, drop_rate) as (specs, _service):
+        job = cfg.replace(master_addr=place.master_addr, exchange=specs[0],
+                          extra={**cfg.extra, "network_info": place.info,
+                                 "exchange_requested": cfg.exchange})
         run_workers(job.to_dict(), cfg.workers, place, master_port=cfg.master_port)
 
 

@@ -17,6 +17,7 @@ from dlcomm.emulate.dilation import (EmulateConfig, breakdown, config_dict, nice
 from dlcomm.emulate.network import NetworkOptions
 from dlcomm.jobs import placement, run_workers
 from dlcomm.results import new_result
+from dlcomm.switch.service import switches_for_job
 
 __all__ = ["choose_dilation", "run_emulation", "CAPACITY_SHARE"]
 
@@ -44,9 +45,12 @@ def run_emulation(cfg: EmulateConfig, topology: str = "star", auto_dilation: boo
     sched = schedule_for(cfg)
     net = NetworkOptions("emulated", f"{cfg.bandwidth_bps / cfg.dilation:.0f}bit", topology)
     with tempfile.TemporaryDirectory(prefix="dlcomm-emulate-") as tmp, \
-            placement(net, cfg.workers) as place:
+            placement(net, cfg.workers) as place, \
+            switches_for_job([cfg.exchange], place.service_host,
+                             place.service_prefix()) as (specs, service):
         part = Path(tmp) / "measured.json"
-        job = replace(cfg, result_path=str(part), job_name=f"emu{os.getpid()}")
+        job = replace(cfg, exchange=specs[0], result_path=str(part),
+                      job_name=f"emu{os.getpid()}")
         run_workers(config_dict(job), cfg.workers, place, entry=("run-job", "emulate"))
         gathered = json.loads(part.read_text())
         info = place.info
@@ -59,4 +63,5 @@ def run_emulation(cfg: EmulateConfig, topology: str = "star", auto_dilation: boo
     result["buckets"] = [{"numel": n, "ready_s": r}
                          for n, r in zip(sched.bucket_numel, sched.bucket_ready_s)]
     result["exchange_stats"] = [w["stats"] for w in gathered]
+    result["switch"] = service.final_stats if service else None
     return result

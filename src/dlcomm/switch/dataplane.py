@@ -136,6 +136,10 @@ class Dataplane:
             if copy.remaining == 0:
                 return [(src, *self._result(job, hdr.slot, copy))]
             return [self._status(job, hdr.slot, copy.seq, copy.bitmap, src, False)]
+        if copy.remaining == 0:
+            # The round is complete but w's bit is clear: w's next round on this slot cleared
+            # it, so this is a late duplicate from before that; it must not touch the result.
+            return self._drop("stale", job)
         if hdr.tsi != copy.tsi or hdr.numel != copy.numel:
             return self._mismatch(job, hdr, copy)
         copy.bitmap |= bit
@@ -183,9 +187,13 @@ class Dataplane:
 
     def _mismatch(self, job: Job, hdr: Header, copy: SlotCopy) -> list[Output]:
         self._drop("mismatch", job)
-        text = (f"rank {hdr.worker} sent chunk at element {hdr.tsi} with {hdr.numel} elements "
-                f"for slot {hdr.slot} round {hdr.seq}, but other ranks sent element {copy.tsi} "
-                f"with {copy.numel}: the workers' tensors differ").encode()
+        if hdr.numel == 0 and copy.numel == 0:  # exponent rounds carry the tensor's length
+            text = (f"rank {hdr.worker} all-reduces {hdr.tsi} elements, other ranks "
+                    f"{copy.tsi}: the workers' tensors differ").encode()
+        else:
+            text = (f"rank {hdr.worker} sent chunk at element {hdr.tsi} with {hdr.numel} "
+                    f"elements for slot {hdr.slot} round {hdr.seq}, but other ranks sent element "
+                    f"{copy.tsi} with {copy.numel}: the workers' tensors differ").encode()
         err = Header(ERROR, job.job_id, SWITCH_RANK, hdr.slot, 0, hdr.seq, hdr.tsi, 0, job.key)
         return [(addr, err, text) for addr in job.addresses]
 

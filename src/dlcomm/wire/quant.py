@@ -66,7 +66,7 @@ def quantize(x: np.ndarray, e_max: int, n: int) -> np.ndarray:
     if e_max == EXP_ZERO:
         return np.zeros(len(x), dtype=np.int32)
     limit = 2 ** (31 - log2_workers(n)) - 1
-    v = np.multiply(x, np.float32(math.ldexp(1.0, shift_for(e_max, n))), dtype=np.float32)
+    v = np.ldexp(x, np.int32(shift_for(e_max, n)))  # exact; 2^s itself may exceed float32
     np.rint(v, out=v)  # |v| <= 2^(31-L) <= 2^30: fits int32 before the clamp
     q = v.astype(np.int32)
     np.minimum(q, limit, out=q)
@@ -80,7 +80,8 @@ def dequantize_into(out: np.ndarray, total: np.ndarray, e_max: int, n: int) -> N
         out[:] = 0.0
         return
     out[:] = total  # int32 -> float32, rounded once
-    out *= np.float32(math.ldexp(1.0, -shift_for(e_max, n)))
+    with np.errstate(over="ignore"):  # a sum beyond float32 becomes +-inf, as in IEEE addition
+        np.ldexp(out, np.int32(-shift_for(e_max, n)), out=out)
 
 
 def error_bound(e_max: int, n: int) -> float:

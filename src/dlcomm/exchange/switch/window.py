@@ -6,7 +6,8 @@ form a window of P positions, and chunk j uses position j mod P (positions alter
 between shards, so shards share the load). Per position (REFERENCES.md section 1):
 
 1. an exponent-only round (no payload) announces the exponent of the position's first
-   chunk; the switch answers with the maximum over workers;
+   chunk (and, in ``tsi``, the tensor's length, so that workers whose tensors differ fail
+   at once); the switch answers with the maximum over workers;
 2. each data round sends the position's chunk quantized with that agreed exponent and
    announces the exponent of the position's next chunk (one round ahead);
 3. the result is dequantized into the output and the position moves on to chunk j + P
@@ -17,13 +18,15 @@ sends a header-only PROBE; the switch answers with a STATUS bitmap of who has co
 flagged COMPLETE once the round is complete. If the bitmap lacks this worker (its packet
 was lost), the payload is sent again at once, with the same sequence number so the switch
 recognises a retransmission. If the round was complete, the result is on its way or lost:
-the next timeout's probe asks the switch to RESEND it. Timeouts come from the RFC 6298 estimator (srtt +
-4 rttvar from unretransmitted rounds), doubled on every consecutive timeout. If no result
-arrives for ``deadline_s``, the op fails naming the ranks the switch is still waiting for.
+the next probe, about one round trip later, asks the switch to RESEND it. The timeout is four
+times the smallest recent round trip (:class:`RttEstimator`), doubled on every timeout that
+got no answer. If no result arrives for ``deadline_s``, the op fails naming the ranks the
+switch is still waiting for.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,29 +57,35 @@ class Shard:
 @dataclass(frozen=True)
 class Timing:
     initial_timeout_s: float = 0.2     # before any round-trip was measured
-    min_timeout_s: float = 0.02
+    min_timeout_s: float = 0.01
     max_timeout_s: float = 2.0
     deadline_s: float = 30.0           # no progress for this long: the op fails
 
 
 class RttEstimator:
-    """Retransmission timeout from measured round trips (RFC 6298)."""
+    """Retransmission timeout: a multiple of the smallest recent round trip.
+
+    A round's round trip includes waiting for the slowest worker, and under loss for the
+    other workers' recoveries, so a mean (RFC 6298's srtt) inflates the timeout, which slows
+    recovery, which inflates the mean. The minimum over a window of recent rounds measures
+    the network and the switch alone; probes are header-only, so firing early costs little.
+    """
+
+    WINDOW = 128
+    FACTOR = 4.0
 
     def __init__(self, timing: Timing) -> None:
         self.timing = timing
-        self.srtt: float | None = None
-        self.rttvar = 0.0
+        self.samples: deque[float] = deque(maxlen=self.WINDOW)
+        self.srtt: float | None = None  # smoothed round trip, for waiting on a sent result
 
     def sample(self, rtt: float) -> None:
-        if self.srtt is None:
-            self.srtt, self.rttvar = rtt, rtt / 2
-        else:
-            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
-            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+        self.samples.append(rtt)
+        self.srtt = rtt if self.srtt is None else 0.875 * self.srtt + 0.125 * rtt
 
     def timeout(self, backoff: int = 0) -> float:
         t = self.timing
-        base = t.initial_timeout_s if self.srtt is None else self.srtt + 4 * self.rttvar
+        base = self.FACTOR * min(self.samples) if self.samples else t.initial_timeout_s
         return min(t.max_timeout_s, max(t.min_timeout_s, base) * 2 ** backoff)
 
 
@@ -161,8 +170,10 @@ class AllreduceOp:
         pos.complete_seen = False
         if chunk < 0:  # exponent round for the position's first chunk
             pos.chunk, pos.payload = -1, None
+            # tsi carries the tensor's length: workers whose tensors differ disagree here,
+            # in the first round, and the switch tells every one of them.
             pos.header = Header(DATA, shard.job, self.rank, pos.slot, 0, pos.seq,
-                                self._tsi(pos.index), self._next_exp(pos.index), shard.key)
+                                len(self.data) & 0xFFFFFFFF, self._next_exp(pos.index), shard.key)
         else:
             lo, hi = self._tsi(chunk), min(self._tsi(chunk) + self.k, len(self.data))
             pos.chunk, pos.e_used = chunk, e_max
@@ -191,9 +202,16 @@ class AllreduceOp:
         if hdr.type == STATUS:
             pos.waiting_for = int.from_bytes(bytes(payload), "little")
             pos.complete_seen = bool(hdr.flags & COMPLETE)
+            pos.retries = 0  # the switch answered: no reason to back off further
             if not (pos.waiting_for >> self.rank) & 1:  # our packet was lost: send it again
                 self.retransmissions += 1
                 return [self._send(pos, now)]
+            rtt = self.rtt  # type: ignore[union-attr]
+            # complete: the result is on its way or lost; ask again (RESEND) after about one
+            # round trip. Otherwise others are still missing: keep probing at the base timeout.
+            wait = max(self.timing.min_timeout_s, rtt.srtt or 0.0) if pos.complete_seen else \
+                rtt.timeout(0)
+            pos.deadline = now + wait
             return []
         if hdr.type != RESULT or hdr.numel != (pos.header.numel if pos.header else 0):
             return []

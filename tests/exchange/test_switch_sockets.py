@@ -1,0 +1,184 @@
+"""The switch exchange over real UDP sockets on loopback, with faults and bad actors."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dlcomm.exchange.switch.control import request_once
+from dlcomm.switch.service import running_switches
+from dlcomm.train.launcher import free_port
+from dlcomm.wire.packet import DATA, Header, encode
+
+HERE = Path(__file__).parent
+
+
+def run_ranks(spec: str, mode: str, world: int = 3, numel: int = 50_000, seed: int = 0,
+              timeout: float = 90, kill_switch_after: tuple | None = None) -> list[dict]:
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+        procs.append(subprocess.Popen([sys.executable, str(HERE / "switch_worker.py"), spec,
+                                       mode, str(numel), str(seed)], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    if kill_switch_after:
+        delay, proc = kill_switch_after
+        time.sleep(delay)
+        proc.kill()
+    outs = []
+    try:
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=timeout)
+            lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+            outs.append(json.loads(lines[-1]) if lines else {"error": f"no output: {stderr[-500:]}"})
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return outs
+
+
+@pytest.fixture
+def switch():
+    with running_switches("127.0.0.1", 1) as service:
+        yield service
+
+
+def spec(service, **opts):
+    extra = "".join(f",{k}={v}" for k, v in opts.items())
+    return f"switch:addr={service.spec_addr},k=1000,window=4{extra}"
+
+
+def test_exact_and_reproducible_under_loss(switch):
+    clean = run_ranks(spec(switch), "sum")
+    lossy = run_ranks(spec(switch, drop=0.05, seed=3), "sum")
+    assert all("checksum" in o for o in clean + lossy), clean + lossy
+    assert len({o["checksum"] for o in clean + lossy}) == 1  # every rank, with or without loss
+    assert clean[0]["max_abs_error"] < 1e-5
+    assert any(o["stats"]["drops_injected"] for o in lossy)
+    assert clean[0]["stats"]["counting"] == "measured"
+    assert clean[0]["stats"]["bytes_sent"] >= 50_000 * 4
+
+
+def test_sharded_over_two_switches():
+    with running_switches("127.0.0.1", 2) as service:
+        outs = run_ranks(spec(service), "sum")
+        stats = [request_once(a, {"op": "stats"})["stats"] for a in service.addresses]
+    assert len({o["checksum"] for o in outs}) == 1 and outs[0]["max_abs_error"] < 1e-5
+    assert all(s["counters"]["completions"] > 0 for s in stats)  # both shards carried chunks
+
+
+def test_dead_worker_is_named(switch):
+    outs = run_ranks(spec(switch, deadline_s=20), "die")
+    for o in outs[:2]:
+        assert "worker rank 2 left the job" in o["error"]
+        assert o["error_after_s"] < 10
+
+
+def test_hung_worker_is_named_within_the_deadline(switch):
+    outs = run_ranks(spec(switch, deadline_s=3), "hang", timeout=120)
+    for o in outs[:2]:
+        assert "still waiting for rank(s) 2" in o["error"], o
+        assert o["error_after_s"] < 10
+
+
+def test_nan_fails_every_worker(switch):
+    outs = run_ranks(spec(switch), "nan")
+    assert all("NaN or Inf" in o["error"] for o in outs), outs
+    assert "rank 1" in outs[1]["error"]
+
+
+def test_workers_that_disagree_get_an_error(switch):
+    outs = run_ranks(spec(switch, deadline_s=10), "mismatch")
+    assert all("tensors differ" in o.get("error", "") for o in outs), outs
+    assert "50007 elements" in outs[1]["error"] or "50007" in outs[0]["error"]
+
+
+def test_killed_switch_fails_clients_fast():
+    with running_switches("127.0.0.1", 1) as service:
+        outs = run_ranks(spec(service, deadline_s=30), "many", numel=2_000_000,
+                         kill_switch_after=(4.0, service.procs[0]))
+    assert all("error" in o for o in outs), outs
+    assert all("lost the control connection" in o["error"] or "cannot reach" in o["error"]
+               for o in outs), outs
+
+
+def test_no_switch_running():
+    outs = run_ranks(f"switch:addr=127.0.0.1:{free_port()}", "sum")
+    assert all("cannot reach the switch" in o["error"] for o in outs), outs
+
+
+def test_junk_and_forgeries_do_not_disturb_a_job(switch):
+    """Garbage and forged packets at the switch while a job runs: the job stays exact."""
+    clean = run_ranks(spec(switch), "sum", seed=5)
+    stop = time.monotonic() + 6
+    forger = subprocess.Popen([sys.executable, "-c", f"""
+import socket, os, random, struct, time
+from dlcomm.wire.packet import Header, DATA, encode
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+rng = random.Random(1)
+while time.monotonic() < {stop}:
+    job = rng.randint(0, 8)
+    kind = rng.random()
+    if kind < 0.3:
+        data = os.urandom(rng.randint(0, 300))
+    else:
+        hdr = Header(DATA, job, rng.randint(0, 3), rng.randint(0, 5), 1000, rng.randint(0, 40),
+                     0, 20, rng.getrandbits(64))
+        data = encode(hdr, b"\\xff" * 4000)
+    s.sendto(data, ("127.0.0.1", {switch.addresses[0][1]}))
+"""])
+    try:
+        attacked = run_ranks(spec(switch), "sum", seed=5)
+    finally:
+        forger.wait(timeout=30)
+    assert {o["checksum"] for o in attacked} == {clean[0]["checksum"]}
+    counters = request_once(switch.addresses[0], {"op": "stats"})["stats"]["counters"]
+    dropped = sum(v for k, v in counters.items() if k.startswith("drop_"))
+    assert dropped > 100
+
+
+def test_concurrent_jobs_do_not_interfere(switch):
+    results: dict[str, list] = {}
+    import threading
+
+    def job(name, seed):
+        results[name] = run_ranks(spec(switch), "sum", world=2, seed=seed)
+
+    threads = [threading.Thread(target=job, args=(n, s)) for n, s in (("a", 1), ("b", 2))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    alone = run_ranks(spec(switch), "sum", world=2, seed=2)
+    assert results["b"][0]["checksum"] == alone[0]["checksum"]
+    assert results["a"][0]["max_abs_error"] < 1e-5
+
+
+def test_switch_stats_cli(switch):
+    res = subprocess.run([sys.executable, "-m", "dlcomm", "switch", "stats", "--switch",
+                          switch.spec_addr, "--json"], capture_output=True, text=True, timeout=30)
+    stats = json.loads(res.stdout)
+    assert stats["slots_total"] == 1024 and "counters" in stats
+
+
+def test_serve_bad_bind():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        taken = s.getsockname()[1]
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        udp.bind(("127.0.0.1", taken))
+        res = subprocess.run([sys.executable, "-m", "dlcomm", "switch", "serve", "--bind",
+                              f"127.0.0.1:{taken}"], capture_output=True, text=True, timeout=30)
+        udp.close()
+    assert res.returncode == 2 and "cannot listen on" in res.stderr
