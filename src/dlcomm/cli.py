@@ -49,6 +49,13 @@ def train_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--master-port", type=int, help="Rendezvous port (default: a free one)."),
         click.option("--timeout-s", type=float, help="Deadline of collectives (s)."),
         click.option("--threads", type=int, help="torch threads per worker (0: auto)."),
+        click.option("--compress", help="Gradient compression spec, e.g. fp16, topk:ratio=0.01, "
+                     "powersgd:rank=4, adaptive (default none)."),
+        click.option("--memory", help="Error feedback for --compress: none, residual, ..."),
+        click.option("--sync", help="How workers agree on a model: bsp (default), hop:..., "
+                     "prague:..., adpsgd."),
+        click.option("--straggler", help="Slower workers: RANK:FACTOR or random:p=P,x=FACTOR."),
+        click.option("--compute-ms", type=float, help="Emulated compute time per step (ms)."),
         click.option("--quiet", is_flag=True, default=None, help="No progress bar or table."),
         click.option("--fault", hidden=True, help="Fault injection: RANK:STEP:raise|exit|kill|hang."),
     ]

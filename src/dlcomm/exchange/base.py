@@ -3,7 +3,7 @@
 Everything that reduces gradients (torch's ring, the aggregation switch, sparse and
 compressed variants, partial groups) implements :class:`Exchange`::
 
-    fut = exchange.allreduce(flat)   # flat: 1-D float32 tensor, the same length on every worker
+    fut = exchange.allreduce(flat, key)  # flat: 1-D float32, the same length on every worker
     total = fut.wait()               # the element-wise SUM over all workers
 
 The trainer's DDP comm hook, the benchmarks and the emulator take any exchange by name from
@@ -63,11 +63,13 @@ class Exchange(abc.ABC):
         self._stats = ExchangeStats(counting=counting)
 
     @abc.abstractmethod
-    def allreduce(self, flat: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+    def allreduce(self, flat: torch.Tensor, key: int | str | None = None
+                  ) -> torch.futures.Future[torch.Tensor]:
         """Start summing ``flat`` over all workers; the Future's value is the sum.
 
         The result may be written into ``flat`` itself; callers must not read ``flat``
-        before the Future completes.
+        before the Future completes. ``key`` names the tensor (the DDP bucket index) for
+        exchanges that keep state per tensor, such as error feedback in compression.
         """
 
     def stats(self) -> ExchangeStats:

@@ -52,4 +52,5 @@ def exchange_hook(state: ExchangeHookState,
     state.buckets += 1
     state.last_call = now
     world = state.world_size
-    return state.exchange.allreduce(bucket.buffer()).then(lambda fut: fut.value().div_(world))
+    fut = state.exchange.allreduce(bucket.buffer(), bucket.index())
+    return fut.then(lambda done: done.value().div_(world))

@@ -30,7 +30,8 @@ class RingExchange(Exchange):
     def __init__(self, ctx: ExchangeContext) -> None:
         super().__init__(ctx, counting="modelled")
 
-    def allreduce(self, flat: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+    def allreduce(self, flat: torch.Tensor, key: int | str | None = None
+                  ) -> torch.futures.Future[torch.Tensor]:
         s = self._stats
         s.calls += 1
         s.elements += flat.numel()

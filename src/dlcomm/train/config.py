@@ -41,6 +41,11 @@ class TrainConfig:
     bandwidth: str | None = None      # emulated link rate, e.g. "1gbit"
     topology: str = "star"            # emulated topology: star | leafspine:RACKS:HOSTS:OVERSUB
     cluster: str | None = None        # an emulated cluster made by `dlcomm cluster up`
+    compress: str = "none"            # gradient compression spec (dlcomm.compress)
+    memory: str = "none"              # error-feedback memory spec for --compress
+    sync: str = "bsp"                 # how workers agree on a model: bsp | hop:... | prague:...
+    straggler: str | None = None      # "RANK:FACTOR" or "random:p=P,x=FACTOR" (slower compute)
+    compute_ms: float = 0.0           # emulated compute time per step, added to the real one
     quiet: bool = False               # no progress bar or table
     fault: str | None = None          # fault injection for tests: "RANK:STEP:raise|exit|kill|hang"
     extra: dict[str, Any] = field(default_factory=dict)  # options of later layers
@@ -60,6 +65,11 @@ class TrainConfig:
             raise ConfigError("--eval-every and --threads must be >= 0")
         if self.fault is not None:
             parse_fault(self.fault)
+        if self.compute_ms < 0:
+            raise ConfigError(f"--compute-ms must be >= 0, got {self.compute_ms}")
+        if self.straggler is not None:
+            from dlcomm.train.hetero import parse_straggler
+            parse_straggler(self.straggler)
 
     @classmethod
     def from_sources(cls, file_values: dict[str, Any] | None = None,

@@ -12,6 +12,7 @@ exchange moved. Evaluation shards the test set over workers and sums the results
 from __future__ import annotations
 
 import os
+import random
 import signal
 import time
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 from dlcomm.errors import ConfigError
 from dlcomm.exchange import ExchangeContext, ExchangeHookState, exchange_hook, make_exchange
 from dlcomm.train.config import Fault, TrainConfig, parse_fault
+from dlcomm.train.hetero import parse_straggler, slowdown, step_delay
 from dlcomm.train.runtime import WorkerEnv, wire_bytes
 from dlcomm.workloads import Workload, finish_metrics, make_workload
 
@@ -124,10 +126,19 @@ class _Progress:
 
 def train(cfg: TrainConfig, env: WorkerEnv) -> tuple[Workload, list[WorkerReport] | None]:
     """Train ``cfg.workload`` on this worker; rank 0 gets every worker's report."""
+    if cfg.sync != "bsp":
+        from dlcomm.train.sync import train_decentralized
+        return train_decentralized(cfg, env)
     fault = parse_fault(cfg.fault) if cfg.fault else None
+    straggler = parse_straggler(cfg.straggler) if cfg.straggler else None
+    slow_rng = random.Random(cfg.seed * 1_000_003 + env.rank)
     workload = make_workload(cfg.workload, seed=cfg.seed)
     model = DistributedDataParallel(workload.model)
     exchange = make_exchange(cfg.exchange, ExchangeContext(env.rank, env.world_size))
+    if cfg.compress != "none" or cfg.memory != "none":
+        from dlcomm.compress import compressed_exchange
+        exchange = compressed_exchange(exchange, cfg.compress, cfg.memory,
+                                       ExchangeContext(env.rank, env.world_size))
     hook_state = ExchangeHookState(exchange, env.world_size)
     model.register_comm_hook(hook_state, exchange_hook)
     optimizer = _make_optimizer(workload, model.parameters(), cfg.lr or workload.lr)
@@ -162,6 +173,10 @@ def train(cfg: TrainConfig, env: WorkerEnv) -> tuple[Workload, list[WorkerReport
                 t0 = time.perf_counter()
                 hook_state.reset_step()
                 loss = workload.loss(model(x), y)
+                delay = step_delay(cfg.compute_ms, 3 * (time.perf_counter() - t0),
+                                   slowdown(straggler, env.rank, slow_rng))
+                if delay > 0:  # emulated compute, before backward starts the exchange
+                    time.sleep(delay)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 t_backward = time.perf_counter()

@@ -167,7 +167,8 @@ class SwitchExchange(Exchange):
     def _failure(self) -> str | None:
         return next((c.failure for c in self.controls if c.failure), None)
 
-    def allreduce(self, flat: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+    def allreduce(self, flat: torch.Tensor, key: int | str | None = None
+                  ) -> torch.futures.Future[torch.Tensor]:
         s = self._stats
         s.calls += 1
         s.elements += flat.numel()
