@@ -17,16 +17,39 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# As root the demo runs on an emulated 100 Mbit/s star (network namespaces); else on loopback.
+NET := $(shell [ "$$(id -u)" = 0 ] && echo "--network emulated --bandwidth 100mbit")
+DEMO := --workload digits-cnn --workers 4 --epochs 5 $(NET)
+
 demo: $(STAMP)
 	mkdir -p $(OUT)
-	$(VENV)/bin/dlcomm train --workload digits-cnn --workers 4 --exchange ring --epochs 5 \
-		--json $(OUT)/demo.json --plot $(OUT)/demo.png
+	$(VENV)/bin/dlcomm train $(DEMO) --exchange ring --json $(OUT)/demo-ring.json
+	$(VENV)/bin/dlcomm train $(DEMO) --exchange switch --json $(OUT)/demo-switch.json
+	$(VENV)/bin/dlcomm compare $(OUT)/demo-ring.json $(OUT)/demo-switch.json --plot $(OUT)/demo.png
 
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# Measurements, not tests: long fuzzing/soak runs, then every benchmark writes JSON to $(BENCH).
+# The emulated ones need root. Each command compares its variants side by side in one run.
+BENCH := $(OUT)/bench
+DL := $(VENV)/bin/dlcomm
+EMU1G := --network emulated --bandwidth 1gbit
+
 bench: $(STAMP)
+	mkdir -p $(BENCH)
 	$(PY) -m pytest -q -m "slow or bench"
+	$(DL) bench fidelity --json $(BENCH)/fidelity.json
+	$(DL) bench allreduce --exchange ring,switch --workers 4 --size 100MB $(EMU1G) --json $(BENCH)/switch-n4-1gbit.json
+	$(DL) bench allreduce --exchange ring,switch --workers 8 --size 100MB --network emulated --bandwidth 500mbit --json $(BENCH)/switch-n8-500mbit.json
+	$(DL) bench allreduce --exchange ring,switch --workers 4 --size 100MB --json $(BENCH)/switch-loopback.json
+	$(DL) bench allreduce --exchange ring,switch --workers 4 --size 100MB $(EMU1G) --drop-rate 0.01 --json $(BENCH)/switch-loss1.json
+	$(DL) bench allreduce --exchange "switch:k=256,switch:k=1024,switch:k=4096,switch:k=16000" --workers 4 --size 20MB $(EMU1G) --json $(BENCH)/switch-k.json
+	$(DL) bench allreduce --exchange "switch:window=1,switch:window=2,switch:window=4,switch:window=8,switch:window=16,switch:window=32" --workers 4 --size 50MB $(EMU1G) --json $(BENCH)/switch-window.json
+	$(DL) bench allreduce --exchange "switch,switch:drop=0.001,switch:drop=0.01,switch:drop=0.05" --workers 4 --size 50MB $(EMU1G) --json $(BENCH)/switch-loss.json
+	for model in resnet50 vgg19 bert-large; do \
+	  $(DL) emulate --workload $$model --workers 8 --bandwidth 10gbit --exchange ring,switch --iterations 2 --json $(BENCH)/emulate-$$model.json; \
+	done
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache .hypothesis

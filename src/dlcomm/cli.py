@@ -152,6 +152,34 @@ def run_as_worker(body: Callable[[], Any]) -> None:
     os._exit(0)
 
 
+@cli.command()
+@click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--plot", help="Write one PNG with every run's loss and metric curves.")
+def compare(results: tuple[str, ...], plot: str | None) -> None:
+    """Show training results (JSON of dlcomm train) side by side, with speedups."""
+    import json
+    from pathlib import Path
+
+    from dlcomm.errors import ConfigError
+    from dlcomm.results import check_writable, validate_result
+    from dlcomm.train.report import plot_train, print_comparison, run_label
+
+    check_writable(plot, "--plot")
+    docs = []
+    for path in results:
+        try:
+            doc = json.loads(Path(path).read_text())
+            validate_result(doc)
+        except (ValueError, OSError) as exc:
+            raise ConfigError(f"{path}: not a dlcomm result ({exc})") from exc
+        if doc["kind"] != "train":
+            raise ConfigError(f"{path}: a {doc['kind']!r} result, not a training run")
+        docs.append(doc)
+    print_comparison(docs, [run_label(d) for d in docs])
+    if plot:
+        plot_train(docs, plot)
+
+
 def _register_commands() -> None:
     """Command groups that live with their packages (each imports its heavy parts lazily)."""
     from dlcomm.bench.commands import bench

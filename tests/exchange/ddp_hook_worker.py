@@ -15,7 +15,7 @@ from dlcomm.exchange.ring import ring_bytes_per_worker
 from dlcomm.workloads.digits import DigitsCNN
 
 
-def main(exchange_spec: str) -> None:
+def main(exchange_spec: str, rtol: float = 1e-6, atol: float = 1e-7) -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
@@ -32,7 +32,7 @@ def main(exchange_spec: str) -> None:
             model.zero_grad()
             torch.nn.functional.cross_entropy(model(x), y).backward()
         for p_ref, p_ours in zip(reference.parameters(), ours.parameters()):
-            torch.testing.assert_close(p_ours.grad, p_ref.grad, rtol=1e-6, atol=1e-7)
+            torch.testing.assert_close(p_ours.grad, p_ref.grad, rtol=rtol, atol=atol)
     stats = exchange.stats()
     assert stats.elements == 3 * grad_bytes // 4, stats
     assert stats.bytes_sent == 3 * ring_bytes_per_worker(grad_bytes, world) or \
@@ -42,4 +42,4 @@ def main(exchange_spec: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], *map(float, sys.argv[2:]))

@@ -35,6 +35,17 @@ def test_ring_hook_matches_torch_allreduce(world):
         assert res.returncode == 0, res.stderr[-2000:]
 
 
+def test_switch_hook_matches_torch_allreduce_within_quantization():
+    """Through the aggregation switch: the same gradients, up to the fixed-point bound
+    (|error| <= n * 2^(e_max + L - 31) per chunk; ~1e-8 relative to the chunk's largest)."""
+    from dlcomm.switch.service import running_switches
+
+    with running_switches("127.0.0.1", 1) as service:
+        results = run_ranks(3, f"switch:addr={service.spec_addr},k=512", "1e-5", "1e-6")
+    for res in results:
+        assert res.returncode == 0, res.stderr[-2000:]
+
+
 @pytest.mark.parametrize("nbytes,world,expected", [(100, 1, 0), (100, 2, 100), (120, 3, 160),
                                                    (400, 4, 600)])
 def test_ring_bytes_model(nbytes, world, expected):

@@ -119,28 +119,34 @@ def cluster_check(hosts: int, bandwidth: str, topology: str, seconds: float,
               help="A measured compute time per iteration, replacing the estimate.")
 @click.option("--dilation", type=float, help="Time dilation K (default: chosen from a "
               "measurement of this machine's capacity).")
-@click.option("--exchange", default="ring", show_default=True)
+@click.option("--exchange", "exchanges", default="ring", show_default=True,
+              help="Exchange spec(s), comma-separated: each is measured on the same cluster.")
 @click.option("--iterations", type=int, default=3, show_default=True)
 @click.option("--warmup", type=int, default=1, show_default=True)
 @click.option("--topology", default="star", show_default=True)
 @click.option("--json", "json_path", help="Write the JSON result here.")
 def emulate(workload: str, workers: int, bandwidth: str, accelerator: str, batch: int | None,
             efficiency: float | None, measured_iteration_s: float | None,
-            dilation: float | None, exchange: str, iterations: int, warmup: int, topology: str,
+            dilation: float | None, exchanges: str, iterations: int, warmup: int, topology: str,
             json_path: str | None) -> None:
     """Emulate a big model's training iteration on N workers, time-dilated by K."""
     from dlcomm.emulate.dilation import EmulateConfig
     from dlcomm.emulate.emulation import run_emulation
     from dlcomm.emulate.plan import ClusterSpec
+    from dlcomm.exchange import EXCHANGES
+    from dlcomm.options import split_specs
     from dlcomm.registry import parse_rate
     from dlcomm.results import check_writable, write_json
 
     rate = parse_rate(bandwidth)
+    specs = split_specs(exchanges)
+    for spec in specs:
+        EXCHANGES.check(spec)
     cfg = EmulateConfig(workload, workers, rate, accelerator, batch, efficiency,
-                        measured_iteration_s, dilation or 1.0, exchange, iterations, warmup)
+                        measured_iteration_s, dilation or 1.0, specs[0], iterations, warmup)
     ClusterSpec("check", workers, rate / cfg.dilation, topology)
     check_writable(json_path)
-    result = run_emulation(cfg, topology, auto_dilation=dilation is None)
+    result = run_emulation(cfg, topology, auto_dilation=dilation is None, exchanges=specs)
     if json_path:
         write_json(json_path, result)
     _print_emulation(result, json_path)
@@ -151,20 +157,25 @@ def _print_emulation(result: dict, json_path: str | None) -> None:
     from rich.table import Table
 
     s, c = result["summary"], result["config"]
-    table = Table("", "real scale", title=f"emulated {c['workload']} on {c['workers']} x "
-                  f"{c['accelerator']}, {c['bandwidth_bps'] / 1e9:g} Gbit/s, {c['exchange']}, "
-                  f"dilation K={s['dilation']:g}", title_justify="left")
+    rows = result["results"]
+    table = Table("real scale", *[r["exchange"] for r in rows],
+                  title=f"emulated {c['workload']} on {c['workers']} x {c['accelerator']}, "
+                  f"{c['bandwidth_bps'] / 1e9:g} Gbit/s, dilation K={s['dilation']:g}",
+                  title_justify="left")
     for label, key in (("iteration time", "iteration_time_s"), ("compute", "compute_s"),
                        ("communication (busy)", "comm_busy_s"),
                        ("communication exposed", "exposed_comm_s"),
                        ("communication overlapped", "overlap_s")):
-        table.add_row(label, f"{s[key] * 1e3:.1f} ms")
-    emu, real = s["emulation"], s["real_cluster"]
+        table.add_row(label, *[f"{r[key] * 1e3:.1f} ms" for r in rows])
+    speedup = next(v for k, v in s.items() if k.startswith("speedup_over_"))
+    table.add_row("speedup", *[f"{speedup[r['exchange']]:.2f}x" for r in rows])
     table.add_row("emulation: wall / CPU per iteration",
-                  f"{emu['wall_s_per_iteration']:.2f} s / {emu['cpu_s_per_iteration']:.2f} s")
-    table.add_row("emulation: peak memory per worker", f"{emu['peak_rss_bytes_per_worker'] / 2**20:.0f} MiB")
+                  *[f"{r['emulation']['wall_s_per_iteration']:.2f} s / "
+                    f"{r['emulation']['cpu_s_per_iteration']:.2f} s" for r in rows])
+    table.add_row("emulation: peak memory per worker",
+                  *[f"{r['emulation']['peak_rss_bytes_per_worker'] / 2**20:.0f} MiB" for r in rows])
     table.add_row("real cluster: accelerator-seconds per iteration",
-                  f"{real['accelerator_s_per_iteration']:.3f} s")
+                  *[f"{r['real_cluster']['accelerator_s_per_iteration']:.3f} s" for r in rows])
     if json_path:
         table.caption = f"JSON result: {json_path}"
     Console().print(table)

@@ -8,7 +8,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from dlcomm.emulate.check import measure_capacity
 from dlcomm.emulate.cluster import require_root
@@ -32,11 +32,16 @@ def choose_dilation(bandwidth_bps: float, workers: int, capacity_bps: float) -> 
     return nice_dilation(bandwidth_bps / per_link)
 
 
-def run_emulation(cfg: EmulateConfig, topology: str = "star", auto_dilation: bool = False
-                  ) -> dict[str, Any]:
-    """Emulate ``cfg`` (choosing K first when ``auto_dilation``) and return the result."""
+def run_emulation(cfg: EmulateConfig, topology: str = "star", auto_dilation: bool = False,
+                  exchanges: Sequence[str] | None = None) -> dict[str, Any]:
+    """Emulate ``cfg`` (choosing K first when ``auto_dilation``) and return the result.
+
+    Every exchange in ``exchanges`` (default: ``cfg.exchange``) is measured in turn on the
+    same emulated cluster with the same K, so their iteration times compare like with like.
+    """
     require_root()
     start = time.perf_counter()
+    exchanges = list(exchanges or [cfg.exchange])
     calibration = None
     if auto_dilation:
         calibration = measure_capacity(max(1, cfg.workers // 2))
@@ -44,24 +49,32 @@ def run_emulation(cfg: EmulateConfig, topology: str = "star", auto_dilation: boo
                                                     calibration["capacity_bps"]))
     sched = schedule_for(cfg)
     net = NetworkOptions("emulated", f"{cfg.bandwidth_bps / cfg.dilation:.0f}bit", topology)
+    rows = []
     with tempfile.TemporaryDirectory(prefix="dlcomm-emulate-") as tmp, \
             placement(net, cfg.workers) as place, \
-            switches_for_job([cfg.exchange], place.service_host,
+            switches_for_job(exchanges, place.service_host,
                              place.service_prefix()) as (specs, service):
-        part = Path(tmp) / "measured.json"
-        job = replace(cfg, exchange=specs[0], result_path=str(part),
-                      job_name=f"emu{os.getpid()}")
-        run_workers(config_dict(job), cfg.workers, place, entry=("run-job", "emulate"))
-        gathered = json.loads(part.read_text())
+        for requested, spec in zip(exchanges, specs):
+            part = Path(tmp) / "measured.json"
+            job = replace(cfg, exchange=spec, result_path=str(part),
+                          job_name=f"emu{os.getpid()}")
+            run_workers(config_dict(job), cfg.workers, place, entry=("run-job", "emulate"))
+            gathered = json.loads(part.read_text())
+            rows.append({"exchange": requested, **breakdown(cfg, sched, gathered),
+                         "exchange_stats": [w["stats"] for w in gathered]})
         info = place.info
-    result = new_result("emulate", {**config_dict(cfg), "topology": topology,
-                                    "auto_dilation": auto_dilation})
+    result = new_result("emulate", {**config_dict(cfg), "exchanges": exchanges,
+                                    "topology": topology, "auto_dilation": auto_dilation})
     result["network"] = info
     result["calibration"] = calibration
-    result["summary"] = {**breakdown(cfg, sched, gathered),
+    first = rows[0]
+    result["results"] = rows
+    result["summary"] = {**{k: v for k, v in first.items() if k != "exchange_stats"},
+                         f"speedup_over_{first['exchange']}": {
+                             r["exchange"]: first["iteration_time_s"] / r["iteration_time_s"]
+                             for r in rows},
                          "wall_time_s": time.perf_counter() - start}
     result["buckets"] = [{"numel": n, "ready_s": r}
                          for n, r in zip(sched.bucket_numel, sched.bucket_ready_s)]
-    result["exchange_stats"] = [w["stats"] for w in gathered]
     result["switch"] = service.final_stats if service else None
     return result

@@ -12,7 +12,7 @@ from dlcomm.train.config import TrainConfig
 from dlcomm.train.trainer import WorkerReport
 from dlcomm.workloads import Workload
 
-__all__ = ["train_result", "print_train_table", "plot_train"]
+__all__ = ["train_result", "print_train_table", "plot_train", "print_comparison"]
 
 
 def _mean(values: list[float]) -> float:
@@ -111,18 +111,23 @@ def plot_train(results: list[dict[str, Any]], path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, (ax_loss, ax_metric) = plt.subplots(1, 2, figsize=(11, 4))
-    for res in results:
-        label = f"{res['config']['exchange']} x{res['summary']['workers']}"
+    for i, res in enumerate(results):
+        color = f"C{i}"
+        label = f"{run_label(res)} x{res['summary']['workers']}"
         steps = res["steps"]
-        ax_loss.plot([s["step"] for s in steps], [s["loss"] for s in steps], lw=0.8,
-                     label=f"{label} train")
+        losses = [s["loss"] for s in steps]
+        window = max(1, len(losses) // 50)
+        smooth = [statistics.fmean(losses[max(0, j - window + 1): j + 1])
+                  for j in range(len(losses))]
+        ax_loss.plot([s["step"] for s in steps], smooth, lw=1, color=color, alpha=0.6,
+                     label=f"{label} train (mean of {window})")
         evals = res["evals"]
         metric = "accuracy" if "final_accuracy" in res["summary"] else (
             "perplexity" if "final_perplexity" in res["summary"] else "loss")
         ax_loss.plot([e["step"] for e in evals], [e["loss"] for e in evals], "o-", ms=3,
-                     label=f"{label} test")
+                     color=color, label=f"{label} test")
         ax_metric.plot([e["time_s"] for e in evals], [e[metric] for e in evals], "o-", ms=3,
-                       label=label)
+                       color=color, label=label)
         ax_metric.set_ylabel(f"test {metric}")
     ax_loss.set_xlabel("step")
     ax_loss.set_ylabel("loss")
@@ -142,3 +147,47 @@ def plot_train(results: list[dict[str, Any]], path: str | Path) -> Path:
         return write_atomic(path, save)
     finally:
         plt.close(fig)
+
+
+def run_label(result: dict[str, Any]) -> str:
+    """The exchange a run asked for (without addresses dlcomm filled in)."""
+    extra = result["config"].get("extra") or {}
+    return str(extra.get("exchange_requested") or result["config"]["exchange"])
+
+
+def print_comparison(results: list[dict[str, Any]], names: list[str]) -> None:
+    """Train results side by side; speedups are relative to the first result."""
+    from rich.console import Console
+    from rich.table import Table
+
+    base = results[0]["summary"]
+    table = Table("", *names, title=f"dlcomm compare: {results[0]['config']['workload']} "
+                  f"on {base['workers']} workers", title_justify="left")
+    network = [(r["config"].get("extra") or {}).get("network_info", {}) for r in results]
+    table.add_row("network", *[f"{n.get('network', 'loopback')}" + (
+        f" {n['rate_bps'] / 1e6:g} Mbit/s" if n.get("rate_bps") else "") for n in network])
+    rows = [("final accuracy", "final_accuracy", "{:.2%}"),
+            ("final perplexity", "final_perplexity", "{:.2f}"),
+            ("time per step", "time_per_step_s", "ms"),
+            ("comm wait per step", "comm_wait_per_step_s", "ms"),
+            ("sent per worker per step", "bytes_sent_per_worker_per_step", "bytes"),
+            ("wire bytes sent per worker", "wire_bytes_sent_per_worker", "bytes"),
+            ("wall time", "wall_time_s", "{:.1f} s")]
+    for label, key, fmt in rows:
+        values = [r["summary"].get(key) for r in results]
+        if all(v is None for v in values):
+            continue
+        cells = []
+        for v in values:
+            if v is None:
+                cells.append("-")
+            elif fmt == "ms":
+                cells.append(f"{v * 1e3:.1f} ms")
+            elif fmt == "bytes":
+                cells.append(_fmt_bytes(v))
+            else:
+                cells.append(fmt.format(v))
+        table.add_row(label, *cells)
+    table.add_row("speedup per step", *[f"{base['time_per_step_s'] / r['summary']['time_per_step_s']:.2f}x"
+                                        for r in results])
+    Console().print(table)
