@@ -55,6 +55,9 @@ def train_result(cfg: TrainConfig, workload: Workload, reports: list[WorkerRepor
         summary["final_token_accuracy"] = final.get("accuracy")
     result = new_result("train", cfg.to_dict())
     result["config"]["workload_facts"] = workload.facts or {}
+    run_summary = getattr(reports[0], "run_summary", None)  # decentralized sync (train/sync)
+    if run_summary is not None:
+        summary["sync"] = run_summary(reports)
     result["summary"] = summary
     result["steps"] = [dataclasses.asdict(s) for s in reports[0].steps]
     result["evals"] = reports[0].evals

@@ -1,0 +1,161 @@
+"""What every decentralized worker does on its own: data, gradients, optimizer, emulated
+compute and stragglers, step records and model snapshots. No communication here.
+
+The data and the emulated compute are exactly the BSP loop's (trainer.py): the same
+DistributedSampler shard per rank, the same ``step_delay``/``slowdown`` between forward
+and backward, so that every protocol sees the same heterogeneity.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+from torch.utils.data import DataLoader, DistributedSampler
+
+from dlcomm.errors import ConfigError
+from dlcomm.train.config import TrainConfig, parse_fault
+from dlcomm.train.hetero import parse_straggler, slowdown, step_delay
+from dlcomm.train.runtime import WorkerEnv
+from dlcomm.train.sync.report import SyncReport
+from dlcomm.train.trainer import StepRecord, _inject, _make_optimizer, _Progress
+from dlcomm.workloads import Workload
+
+__all__ = ["Learner", "Recorder"]
+
+
+class Learner:
+    """One worker's model, optimizer, data stream and emulated compute."""
+
+    def __init__(self, cfg: TrainConfig, env: WorkerEnv, workload: Workload) -> None:
+        self.cfg, self.env, self.workload = cfg, env, workload
+        self.model = workload.model
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.numel = sum(p.numel() for p in self.params)
+        self.optimizer = _make_optimizer(workload, self.params, cfg.lr or workload.lr)
+        self.sampler = DistributedSampler(workload.train_set, num_replicas=env.world_size,
+                                          rank=env.rank, shuffle=True, seed=cfg.seed,
+                                          drop_last=True)
+        self.loader = DataLoader(workload.train_set,
+                                 batch_size=cfg.batch_size or workload.batch_size,
+                                 sampler=self.sampler, drop_last=True)
+        self.per_epoch = len(self.loader)
+        if self.per_epoch == 0:
+            raise ConfigError(f"batch size {self.loader.batch_size} x {env.world_size} workers "
+                              f"exceeds the {len(workload.train_set)} training examples of "
+                              f"{workload.name}")
+        if cfg.steps is not None and cfg.epochs is None:
+            self.total = cfg.steps
+        else:
+            self.total = min((cfg.epochs or workload.default_epochs) * self.per_epoch,
+                             cfg.steps or 2**62)
+        self.straggler = parse_straggler(cfg.straggler) if cfg.straggler else None
+        self.slow_rng = random.Random(cfg.seed * 1_000_003 + env.rank)
+        self.fault = parse_fault(cfg.fault) if cfg.fault else None
+        self.steps = 0
+        self._batches: Iterator[Any] = iter(())
+        self._epoch = -1
+
+    @property
+    def epoch(self) -> int:
+        return max(self._epoch, 0)
+
+    def _next_batch(self) -> Any:
+        while True:
+            try:
+                return next(self._batches)
+            except StopIteration:
+                self._epoch += 1
+                self.sampler.set_epoch(self._epoch)
+                self._batches = iter(self.loader)
+
+    def gradient(self, module: torch.nn.Module | None = None) -> float:
+        """Forward, emulated compute, backward on ``module`` (default: the model); returns
+        the loss. Gradients land in ``module``'s parameters."""
+        module = module or self.model
+        _inject(self.fault, self.env.rank, self.steps)
+        x, y = self._next_batch()
+        t0 = time.perf_counter()
+        loss = self.workload.loss(module(x), y)
+        delay = step_delay(self.cfg.compute_ms, 3 * (time.perf_counter() - t0),
+                           slowdown(self.straggler, self.env.rank, self.slow_rng))
+        if delay > 0:
+            time.sleep(delay)
+        module.zero_grad(set_to_none=True)
+        loss.backward()
+        self.steps += 1
+        return float(loss.item())
+
+    def vector(self) -> torch.Tensor:
+        """A copy of the parameters as one flat float32 tensor."""
+        with torch.no_grad():
+            return parameters_to_vector(self.params).detach().clone()
+
+    def load(self, flat: torch.Tensor) -> None:
+        with torch.no_grad():
+            vector_to_parameters(flat, self.params)
+
+    def apply(self) -> None:
+        """The optimizer step with the gradients in the model's parameters."""
+        self.optimizer.step()
+
+
+class Recorder:
+    """Step records, comm-wait and byte counts per step, and model snapshots over time.
+
+    Snapshots let the workers reconstruct, after training, the average model as it was at
+    any moment (:mod:`.evaluation`) without a collective during training. One is taken
+    after every step, up to ``budget_bytes``; beyond it every other snapshot is dropped and
+    the interval doubles, so a snapshot is never more than ``interval`` steps old."""
+
+    def __init__(self, rank: int, every: int, progress: _Progress | None = None,
+                 budget_bytes: int = 256 * 2**20) -> None:
+        self.report = SyncReport(rank)
+        self.progress = progress
+        self.every = max(every, 1)              # evaluation points, in mean steps
+        self.interval = 1                       # steps between snapshots
+        self.budget_bytes = budget_bytes
+        self.snapshots: list[tuple[float, int, torch.Tensor]] = []
+        self.start = time.perf_counter()
+        self._bytes = (0, 0)
+
+    def start_together(self, learner: Learner) -> None:
+        """Wait for every worker (a barrier), then start the clock: times are comparable."""
+        dist.barrier()
+        self.begin(learner.vector())
+
+    def begin(self, vector: torch.Tensor) -> None:
+        self.start = time.perf_counter()
+        self.snapshots = [(0.0, 0, vector)]
+
+    def now(self) -> float:
+        return time.perf_counter() - self.start
+
+    def step(self, learner: Learner, loss: float, t0: float, wait_s: float,
+             bytes_now: tuple[int, int]) -> None:
+        """Record the step that started at ``t0`` (a ``now()`` value)."""
+        t1 = self.now()
+        sent, received = bytes_now[0] - self._bytes[0], bytes_now[1] - self._bytes[1]
+        self._bytes = bytes_now
+        self.report.steps.append(StepRecord(learner.steps - 1, learner.epoch, t1, loss,
+                                            t1 - t0, wait_s, sent, received))
+        if learner.steps % self.interval == 0:
+            self._snapshot(t1, learner.steps, learner.vector())
+        if self.progress is not None:
+            self.progress.advance(f"loss {loss:.3g}  wait {wait_s * 1e3:.0f} ms")
+
+    def _snapshot(self, t: float, steps: int, vector: torch.Tensor) -> None:
+        self.snapshots.append((t, steps, vector))
+        size = sum(x.numel() * x.element_size() for _, _, x in self.snapshots)
+        if size > self.budget_bytes and len(self.snapshots) > 2:
+            self.interval *= 2
+            self.snapshots = [s for s in self.snapshots if s[1] % self.interval == 0]
+
+    def end(self, vector: torch.Tensor, steps: int) -> None:
+        """The final model (after the last exchange) and the end of this worker's run."""
+        self.snapshots.append((self.now(), steps, vector))
+        self.report.end_time_s = self.snapshots[-1][0]

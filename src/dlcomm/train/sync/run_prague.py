@@ -1,0 +1,90 @@
+"""Prague on torch.distributed processes: local steps, the Group Generator, P-Reduce.
+
+Set-up: rank 0 starts the Group Generator service (:mod:`.service`) and broadcasts its
+address; every worker connects. Each iteration: compute a gradient and apply it locally,
+ask the GG for a group, P-Reduce with it (:mod:`.preduce`). A worker that has taken all
+its steps keeps asking (and running the groups others wait in) until the GG says stop.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch.distributed as dist
+
+from dlcomm.train.config import TrainConfig
+from dlcomm.train.runtime import WorkerEnv
+from dlcomm.train.sync.local import Learner, Recorder
+from dlcomm.train.sync.preduce import GlooGroups, PartialAllReduce, SwitchGroups
+from dlcomm.train.sync.prague import StaticSchedule, make_generator
+from dlcomm.train.sync.service import GroupClient, GroupService, reachable_address
+
+__all__ = ["run_prague", "PragueSpec"]
+
+
+@dataclass(frozen=True)
+class PragueSpec:
+    group_size: int = 4
+    generator: str = "buffer"        # random | static | buffer
+    impl: str = "dist"               # dist | switch
+    window_ms: float | None = None   # buffer's division window; None: adaptive
+
+
+def run_prague(cfg: TrainConfig, env: WorkerEnv, learner: Learner, recorder: Recorder,
+               spec: PragueSpec) -> int:
+    """Train this worker with Prague until the GG ends the run; returns its P-Reduces."""
+    rank = env.rank
+    generator = make_generator(spec.generator, env.world_size, spec.group_size, cfg.seed,
+                               window_s=None if spec.window_ms is None else spec.window_ms / 1e3)
+    service = None
+    box: list[object] = [None]
+    if rank == 0:
+        service = GroupService(generator, reachable_address(env.master_addr, env.master_port))
+        box = [service.address]
+    dist.broadcast_object_list(box, src=0)
+    client = GroupClient(tuple(box[0]), rank, cfg.timeout_s)  # type: ignore[arg-type]
+    preduce: PartialAllReduce
+    if spec.impl == "switch":
+        assert isinstance(generator, StaticSchedule)
+        preduce = SwitchGroups(env, cfg.exchange, generator.distinct_groups(),
+                               f"prague{os.getppid()}")
+    else:
+        preduce = GlooGroups(env, cfg.timeout_s)
+    joined = 0
+    try:
+        recorder.start_together(learner)
+        stop = False
+        while not stop:
+            t0 = recorder.now()
+            loss = learner.gradient()
+            learner.apply()
+            t_wait = recorder.now()
+            while True:
+                group = client.ask(learner.steps, final=learner.steps >= learner.total)
+                if group is None:
+                    stop = True
+                    break
+                learner.load(preduce.average(group.members, learner.vector()))
+                joined += 1
+                if learner.steps < learner.total:
+                    break
+            recorder.step(learner, loss, t0, recorder.now() - t_wait, preduce.counters())
+        dist.barrier()  # everyone has had its stop: the GG may go
+    finally:
+        client.close()
+        preduce.close()
+        if service is not None:
+            service.close()
+    if service is not None:
+        if service.error:
+            raise RuntimeError(service.error)
+        recorder.report.gaps = {"groups": generator.max_step_gap}
+        recorder.report.stats = {**generator.stats(), "impl": spec.impl,
+                                 "group_size": spec.group_size}
+    else:
+        recorder.report.stats = {"generator": spec.generator, "impl": spec.impl,
+                                 "group_size": spec.group_size}
+    recorder.report.stats["p_reduces"] = joined
+    recorder.report.exchange = {"counting": preduce.counting}
+    return joined
