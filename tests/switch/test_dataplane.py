@@ -59,17 +59,17 @@ def test_retransmission_of_complete_round_is_answered_by_unicast(dp):
     assert out == [(W[1], out[0][1], [6])] and dp.counters["retransmissions"] == 1
 
 
-def test_retransmission_while_incomplete_gets_status_naming_contributors(dp):
+def test_retransmission_while_incomplete_gets_status_naming_the_missing(dp):
     dp.on_datagram(data(dp, 0, [1]), W[0])
     dp.on_datagram(data(dp, 2, [1]), W[2])
     (addr, hdr, body), = dp.on_datagram(data(dp, 0, [1]), W[0])
-    assert addr == W[0] and hdr.type == STATUS and int.from_bytes(bytes(body), "little") == 0b101
+    assert addr == W[0] and hdr.type == STATUS and int.from_bytes(bytes(body), "little") == 0b010
     assert not hdr.flags & COMPLETE
 
 
 def test_probes(dp):
     (_, hdr, body), = dp.on_datagram(data(dp, 0, [1], flags=PROBE), W[0])
-    assert hdr.type == STATUS and bytes(body) == b"\x00"  # nothing yet, nothing contributed
+    assert hdr.type == STATUS and bytes(body) == b"\x07"  # nothing yet: waiting for all
     for w in range(3):
         dp.on_datagram(data(dp, w, [5]), W[w])
     (_, hdr, _), = dp.on_datagram(data(dp, 0, [1], flags=PROBE), W[0])
@@ -130,11 +130,13 @@ def test_disagreeing_workers_all_get_an_error(dp):
 
 def test_unknown_job_answers_rarely(dp):
     hdr = Header(DATA, 999, 0, 0, 0, 0, 0, 0, 0)
-    first = dp.on_datagram(encode(hdr), W[0], now=10.0)
+    first = dp.on_datagram(encode(Header(DATA, 999, 0, 0, 25, 0, 0, 0, 0), bytes(100)), W[0],
+                           now=10.0)
     assert len(first) == 1 and first[0][1].type == ERROR
+    assert bytes(first[0][2]).startswith(b"unknown job")
     assert dp.on_datagram(encode(hdr), W[0], now=10.01) == []  # rate-limited
-    assert len(dp.on_datagram(encode(hdr), W[0], now=10.5)) == 1
-    assert len(first[0][0]) == 2 and len(bytes(first[0][2])) + 32 < 200
+    (_, _, body), = dp.on_datagram(encode(hdr), W[0], now=10.5)
+    assert bytes(body) == b""  # never larger than what was received: no amplification
 
 
 def test_jobs_get_disjoint_slots_and_free_them():

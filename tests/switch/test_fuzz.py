@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from dlcomm.switch.dataplane import Dataplane
 from dlcomm.switch.jobs import JobTable
-from dlcomm.wire.packet import DATA, HEADER_SIZE, Header, Malformed, decode, encode
+from dlcomm.wire.packet import DATA, ERROR, HEADER_SIZE, Header, Malformed, decode, encode
 
 W = [("10.0.0.1", 7000), ("10.0.0.2", 7000)]
 
@@ -43,7 +43,10 @@ def check_stream(datagrams):
         except Malformed:
             pass
         for addr, hdr, body in dp.on_datagram(data, src):
-            assert addr in W and len(hdr.pack()) == HEADER_SIZE and len(bytes(body)) < 2**16
+            assert len(hdr.pack()) == HEADER_SIZE and len(bytes(body)) < 2**16
+            if addr not in W:  # only the rate-limited "unknown job" answer, never larger
+                assert addr == src and hdr.type == ERROR
+                assert HEADER_SIZE + len(bytes(body)) <= len(data)
     # the job still works afterwards: a clean round completes with the exact sum
     seq = 1000
     outs = []

@@ -42,6 +42,9 @@ class AllreduceBench:
     result_path: str = ""             # where rank 0 writes its measurements
     job_name: str = "bench"
     exchange_options: dict[str, str] = field(default_factory=dict)  # applied to every exchange
+    density: float = 1.0              # fraction of non-zero blocks (or elements)
+    pattern: str = "shared"           # shared | independent | elementwise
+    block: int = 256                  # block size of the sparsity pattern
 
     def __post_init__(self) -> None:
         if not self.exchanges:
@@ -54,23 +57,47 @@ class AllreduceBench:
             raise ConfigError(f"--size must be a positive multiple of 4 bytes, got {self.size_bytes}")
         if self.reps < 1 or self.warmup < 0:
             raise ConfigError("--reps must be >= 1 and --warmup >= 0")
+        if not 0 <= self.density <= 1:
+            raise ConfigError(f"--density must be in [0, 1], got {self.density}")
+        if self.pattern not in PATTERNS:
+            raise ConfigError(f"--pattern must be one of {', '.join(PATTERNS)}, got {self.pattern!r}")
+        if self.block < 1:
+            raise ConfigError(f"--block must be >= 1, got {self.block}")
 
     @property
     def numel(self) -> int:
         return self.size_bytes // 4
 
 
-def make_input(seed: int, rank: int, numel: int) -> torch.Tensor:
-    """Worker ``rank``'s input: standard normal float32, reproducible from (seed, rank)."""
+PATTERNS = ("shared", "independent", "elementwise")
+
+
+def make_input(seed: int, rank: int, numel: int, density: float = 1.0,
+               pattern: str = "shared", block: int = 256) -> torch.Tensor:
+    """Worker ``rank``'s input, reproducible from (seed, rank): standard normal float32 where
+    non-zero. With ``density`` < 1: ``shared`` keeps the same randomly chosen fraction of
+    blocks on every worker (as embedding rows that every worker touched), ``independent``
+    draws each worker's blocks on its own, ``elementwise`` zeroes elements independently."""
     gen = torch.Generator().manual_seed(seed * 100_003 + rank)
-    return torch.randn(numel, generator=gen)
+    x = torch.randn(numel, generator=gen)
+    if density >= 1.0:
+        return x
+    zero = torch.zeros(())
+    if pattern == "elementwise":
+        keep = torch.rand(numel, generator=gen) < density
+        return torch.where(keep, x, zero)
+    blocks = -(-numel // block)
+    pick = torch.Generator().manual_seed(seed * 100_003 + (rank if pattern == "independent" else 99_991))
+    keep_blocks = torch.rand(blocks, generator=pick) < density
+    return torch.where(keep_blocks.repeat_interleave(block)[:numel], x, zero)
 
 
-def reference_sum(seed: int, world: int, numel: int) -> torch.Tensor:
+def reference_sum(seed: int, world: int, numel: int, density: float = 1.0,
+                  pattern: str = "shared", block: int = 256) -> torch.Tensor:
     """The float64 sum of every worker's input."""
     total = torch.zeros(numel, dtype=torch.float64)
     for rank in range(world):
-        total += make_input(seed, rank, numel)
+        total += make_input(seed, rank, numel, density, pattern, block)
     return total
 
 
@@ -113,8 +140,10 @@ def worker_main(config: dict[str, Any]) -> None:
     env = WorkerEnv.from_environ()
     set_threads(env.threads(0))
     with process_group(env, cfg.timeout_s):
-        x = make_input(cfg.seed, env.rank, cfg.numel)
-        reference = reference_sum(cfg.seed, env.world_size, cfg.numel) if env.rank == 0 else None
+        sparsity = (cfg.density, cfg.pattern, cfg.block)
+        x = make_input(cfg.seed, env.rank, cfg.numel, *sparsity)
+        reference = (reference_sum(cfg.seed, env.world_size, cfg.numel, *sparsity)
+                     if env.rank == 0 else None)
         measured = []
         for spec in cfg.exchanges:
             reps, out, stats = _measure(cfg, env, spec, x)

@@ -25,11 +25,18 @@ def bench() -> None:
 @click.option("--warmup", type=int, default=1, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the inputs.")
 @click.option("--timeout-s", type=float, default=300.0, show_default=True)
+@click.option("--density", type=float, default=1.0, show_default=True,
+              help="Fraction of non-zero blocks (or elements) in every input.")
+@click.option("--pattern", default="shared", show_default=True,
+              help="shared | independent | elementwise sparsity across workers.")
+@click.option("--block", type=int, default=256, show_default=True,
+              help="Block size of the sparsity pattern.")
 @click.option("--json", "json_path", help="Write the JSON result here.")
 @switch_options
 @network_options
 def bench_allreduce(exchanges: str, workers: int, size: str, reps: int, warmup: int, seed: int,
-                    timeout_s: float, json_path: str | None, switch: str | None,
+                    timeout_s: float, density: float, pattern: str, block: int,
+                    json_path: str | None, switch: str | None,
                     switch_shards: int, drop_rate: float, **net: Any) -> None:
     """Time all-reduces of SIZE bytes per worker through each exchange, with bounds and errors."""
     from dlcomm.bench.allreduce import AllreduceBench
@@ -41,7 +48,7 @@ def bench_allreduce(exchanges: str, workers: int, size: str, reps: int, warmup: 
     net_opts = NetworkOptions(net["network"] or "loopback", net["bandwidth"],
                               net["topology"] or "star", net["cluster"])
     cfg = AllreduceBench(tuple(split_specs(exchanges)), workers, parse_size(size), reps, warmup,
-                         seed, timeout_s)
+                         seed, timeout_s, density=density, pattern=pattern, block=block)
     check_writable(json_path)
     result = run_allreduce(cfg, net_opts, SwitchOptions(switch, switch_shards, drop_rate))
     if json_path:

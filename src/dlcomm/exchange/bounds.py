@@ -33,7 +33,7 @@ def bandwidth_bound_s(exchange: str, workers: int, nbytes: float, links: LinkFac
     bits = nbytes * 8
     base = exchange.split(":")[0]
     racked = links.per_rack and links.per_rack < workers and links.uplink_bps > 0
-    if base in ("switch", "sparse-switch"):
+    if base in ("switch", "sparse-switch", "auto"):
         bound = bits / links.rate_bps
         if racked:
             bound = max(bound, links.per_rack * bits / links.uplink_bps)

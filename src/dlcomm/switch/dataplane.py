@@ -35,37 +35,113 @@ from dataclasses import dataclass
 import numpy as np
 
 from dlcomm.switch.jobs import Address, Job, JobTable
-from dlcomm.wire.packet import (COMPLETE, DATA, ERROR, PROBE, RESEND, RESULT, STATUS,
-                                SWITCH_RANK, Header, Malformed, decode)
+from dlcomm.wire.packet import (ANNOUNCE, COMPLETE, DATA, ERROR, PROBE, RESEND, RESULT, RUN,
+                                SPARSE, STATUS,
+                                HEADER_SIZE, SWITCH_RANK, Header, Malformed, decode)
+from dlcomm.wire.sparse import LOOKAHEAD, Segment, data_width, popcount, signed32
+from dlcomm.wire.sparse import decode as decode_sparse
+from dlcomm.wire.sparse import encode as encode_sparse
 from dlcomm.wire.quant import EXP_ZERO
 
 __all__ = ["Dataplane", "Output", "SlotCopy"]
 
 Output = tuple[Address, Header, bytes | memoryview]
 ERROR_REPLY_INTERVAL_S = 0.1
+UNKNOWN_JOB = b"unknown job (the switch restarted or the job ended)"
 
 
 @dataclass(slots=True)
 class SlotCopy:
     seq: int = -1
     remaining: int = 0
-    bitmap: int = 0
+    expected: int = 0               # bitmap of the workers this round waits for
+    bitmap: int = 0                 # bitmap of the workers that contributed
     exp: int = EXP_ZERO
     tsi: int = 0
     numel: int = 0
     acc: np.ndarray | None = None
+    sparse: bool = False
+    groups: dict[int, int] | None = None  # sparse: this round's groups -> row of its sums
+    sums: np.ndarray | None = None   # sparse: int32 (groups, m, b)
+    union: np.ndarray | None = None  # sparse: bool (groups, m): blocks anyone sent
+    run: bool = False                # sparse: the result plans a dense run
+    result: bytes = b""             # sparse: the encoded result payload
+
+
+class _Stream:
+    """Per slot, the look-ahead of streaming aggregation: every worker's announced next
+    non-zero groups (group, exponent, non-zero blocks), and the next round they imply."""
+
+    __slots__ = ("looks", "pending_seq", "pending_groups", "pending_exps")
+
+    def __init__(self, workers: int) -> None:
+        self.looks: list[np.ndarray] = [np.zeros((0, 2), np.int64)] * workers
+        self.pending_seq = -1        # the round whose groups are planned
+        self.pending_groups = np.zeros(0, np.int64)
+        self.pending_exps = np.zeros(0, np.int64)
+
+
+def plan_round(looks: list[np.ndarray], capacity: int, lookahead: int
+               ) -> tuple[np.ndarray, np.ndarray, int, bool]:
+    """The next sparse round from every worker's look-ahead (pure).
+
+    Each look-ahead row is (group, exponent, block mask words...), the worker's next
+    non-zero groups in order, at most ``lookahead`` of them.
+
+    1. only groups up to the smallest last entry of any full look-ahead may be chosen (a
+       worker with a full look-ahead may have more groups beyond its last announced one);
+    2. take the smallest announced groups in order, at least one, while the union of the
+       workers' blocks in them stays within ``capacity`` blocks, so the result fits one
+       datagram (each worker's own blocks are a subset: its contribution fits too);
+    3. a group's exponent is the largest announced for it; the participants are the
+       workers that announced any chosen group;
+    4. but if the first two or more groups are announced by every worker with every block
+       present, plan them as a dense run instead (all of them, one dense round each).
+    Returns (groups, exponents, participants bitmap, dense run); no groups: nothing left.
+    """
+    rows = [(w, look) for w, look in enumerate(looks) if len(look)]
+    if not rows:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), 0, False
+    full = [look[-1, 0] for _, look in rows if len(look) >= lookahead]
+    cap = min(full) if full else np.iinfo(np.int64).max
+    table = np.concatenate([look for _, look in rows])
+    owner = np.concatenate([np.full(len(look), w) for w, look in rows])
+    keep = table[:, 0] <= cap
+    table, owner = table[keep], owner[keep]
+    order = np.argsort(table[:, 0], kind="stable")
+    table, owner = table[order], owner[order]
+    groups, starts, inverse = np.unique(table[:, 0], return_index=True, return_inverse=True)
+    all_exps = np.maximum.reduceat(table[:, 1], starts)
+    if len(rows) == len(looks):  # every worker still has data: look for a dense run
+        full = popcount(table[:, 2:]) == capacity
+        per_group = np.bincount(inverse, weights=full, minlength=len(groups))
+        run = int(np.argmin(np.append(per_group == len(looks), False)))
+        if run >= 2:
+            return groups[:run], all_exps[:run], (1 << len(looks)) - 1, True
+    union = np.bitwise_or.reduceat(table[:, 2:], starts, axis=0)
+    take = max(1, int(np.searchsorted(np.cumsum(popcount(union)), capacity, side="right")))
+    participants = 0
+    for w in np.unique(owner[inverse < take]):
+        participants |= 1 << int(w)
+    return groups[:take], all_exps[:take], participants, False
 
 
 class _JobSlots:
     """The slot copies of one job, allocated when the job registers."""
 
-    __slots__ = ("job", "copies")
+    __slots__ = ("job", "copies", "streams", "all")
 
     def __init__(self, job: Job) -> None:
         self.job = job
         self.copies = [(SlotCopy(acc=np.zeros(job.k, dtype=np.int32)),
                         SlotCopy(acc=np.zeros(job.k, dtype=np.int32)))
                        for _ in range(job.slot_count)]
+        self.streams: list[_Stream | None] = [None] * job.slot_count
+        self.all = (1 << job.workers) - 1
+
+
+def _popcount(bits: int) -> int:
+    return bin(bits).count("1")
 
 
 class Dataplane:
@@ -105,7 +181,7 @@ class Dataplane:
             return self._drop("type")
         slots = self._slots.get(hdr.job)
         if slots is None:
-            return self._unknown_job(hdr, src, now)
+            return self._unknown_job(hdr, src, now, len(data))
         job = slots.job
         if hdr.key != job.key:
             return self._drop("bad_key", job)
@@ -115,6 +191,9 @@ class Dataplane:
             return self._drop("bad_slot", job)
         if hdr.numel > job.k:
             return self._drop("too_large", job)
+        sparse = bool(hdr.flags & SPARSE)
+        if sparse and not job.block:
+            return self._drop("not_sparse", job)
         job.last_packet = now
         job.counters["packets_in"] = job.counters.get("packets_in", 0) + 1
         job.counters["bytes_in"] = job.counters.get("bytes_in", 0) + len(data)
@@ -123,38 +202,46 @@ class Dataplane:
         if hdr.seq < copy.seq:
             return self._drop("stale", job)
         if hdr.flags & PROBE:
-            return self._probe(job, hdr, copy, src)
+            return self._probe(slots, hdr, copy, src)
         if hdr.seq > copy.seq:
             if copy.remaining:
                 return self._drop("out_of_order", job)
-            copy.seq, copy.remaining, copy.bitmap = hdr.seq, job.workers, 0
-            copy.exp, copy.tsi, copy.numel = EXP_ZERO, hdr.tsi, hdr.numel
+            if not self._start_round(slots, hdr, copy, sparse):
+                return self._drop("out_of_order", job)
         bit = 1 << hdr.worker
         if copy.bitmap & bit:
             self.counters["retransmissions"] += 1
             job.counters["retransmissions"] = job.counters.get("retransmissions", 0) + 1
             if copy.remaining == 0:
                 return [(src, *self._result(job, hdr.slot, copy))]
-            return [self._status(job, hdr.slot, copy.seq, copy.bitmap, src, False)]
+            return [self._status(job, hdr.slot, copy.seq, copy.expected & ~copy.bitmap, src)]
         if copy.remaining == 0:
             # The round is complete but w's bit is clear: w's next round on this slot cleared
             # it, so this is a late duplicate from before that; it must not touch the result.
             return self._drop("stale", job)
-        if hdr.tsi != copy.tsi or hdr.numel != copy.numel:
+        if not copy.expected & bit or sparse != copy.sparse:
+            return self._mismatch(job, hdr, copy, "sent a packet out of turn")
+        if hdr.tsi != copy.tsi or (not sparse and hdr.numel != copy.numel):
             return self._mismatch(job, hdr, copy)
+        if sparse:
+            if not self._add_sparse(slots, hdr, payload, copy):
+                return self._drop("length", job)
+        else:
+            assert copy.acc is not None
+            values = np.frombuffer(payload, dtype=np.int32)
+            if copy.bitmap == 0:
+                copy.acc[: hdr.numel] = values
+            else:
+                copy.acc[: hdr.numel] += values
+            if hdr.exp > copy.exp:
+                copy.exp = hdr.exp
         copy.bitmap |= bit
         pair[1 - (hdr.seq & 1)].bitmap &= ~bit
-        values = np.frombuffer(payload, dtype=np.int32)
-        assert copy.acc is not None
-        if copy.remaining == job.workers:
-            copy.acc[: hdr.numel] = values
-        else:
-            copy.acc[: hdr.numel] += values
-        if hdr.exp > copy.exp:
-            copy.exp = hdr.exp
         copy.remaining -= 1
         if copy.remaining:
             return []
+        if sparse:
+            self._finish_sparse(slots, hdr.slot, copy)
         self.counters["completions"] += 1
         job.counters["completions"] = job.counters.get("completions", 0) + 1
         header, body = self._result(job, hdr.slot, copy)
@@ -162,32 +249,127 @@ class Dataplane:
             return [(job.group, header, body)]
         return [(addr, header, body) for addr in job.addresses]
 
-    def _probe(self, job: Job, hdr: Header, copy: SlotCopy, src: Address) -> list[Output]:
-        self.counters["probes"] += 1
-        if hdr.seq > copy.seq:  # nobody's contribution to this round has arrived yet
-            return [self._status(job, hdr.slot, hdr.seq, 0, src)]
-        complete = copy.remaining == 0
-        if complete and hdr.flags & RESEND and copy.bitmap >> hdr.worker & 1:
-            self.counters["resent_results"] += 1
-            return [(src, *self._result(job, hdr.slot, copy))]
-        return [self._status(job, hdr.slot, copy.seq, copy.bitmap, src, complete)]
+    def _start_round(self, slots: _JobSlots, hdr: Header, copy: SlotCopy, sparse: bool) -> bool:
+        """Begin round ``hdr.seq`` on ``copy``; False if its participants are unknown."""
+        job = slots.job
+        copy.seq, copy.bitmap, copy.exp, copy.tsi = hdr.seq, 0, EXP_ZERO, hdr.tsi
+        copy.numel, copy.sparse, copy.run = hdr.numel, sparse, False
+        if not sparse:
+            copy.expected = slots.all
+        elif hdr.flags & ANNOUNCE:  # a sparse announce round: everyone says where its data is
+            copy.expected, copy.groups, copy.sums, copy.union = slots.all, None, None, None
+            slots.streams[hdr.slot] = _Stream(job.workers)
+        else:
+            stream = slots.streams[hdr.slot]
+            if stream is None or stream.pending_seq != hdr.seq:
+                copy.seq = hdr.seq - 2  # not a round this slot knows: stay where we were
+                return False
+            # Every worker contributes, those without data in the groups with none: a slot
+            # never runs ahead of a worker that has not received its previous result.
+            copy.expected = slots.all
+            copy.groups = {int(g): row for row, g in enumerate(stream.pending_groups)}
+            m = job.k // job.block
+            copy.sums = np.zeros((len(copy.groups), m, job.block), np.int32)
+            copy.union = np.zeros((len(copy.groups), m), bool)
+        copy.remaining = _popcount(copy.expected)
+        return True
+
+    def _add_sparse(self, slots: _JobSlots, hdr: Header, payload: memoryview,
+                    copy: SlotCopy) -> bool:
+        """Add a sparse contribution; record the sender's look-ahead. False if malformed."""
+        job = slots.job
+        try:
+            head, segments = decode_sparse(payload, hdr.numel, job.block,
+                                           data_width(job.k // job.block))
+        except ValueError:
+            return False
+        m = job.k // job.block
+        if copy.groups is None:
+            if segments:
+                return False  # values in an announce round
+        else:
+            rows = [copy.groups.get(seg.group, -1) for seg in segments]
+            if min(rows, default=0) < 0 or len(set(rows)) != len(rows) or \
+                    any(len(seg.mask) != m for seg in segments):
+                return False
+            if segments:  # one accumulation for all the sender's blocks of this round
+                assert copy.sums is not None and copy.union is not None
+                masks = np.stack([seg.mask for seg in segments])
+                row_of = np.repeat(np.array(rows), masks.sum(axis=1))
+                blocks = np.concatenate([np.flatnonzero(seg.mask) for seg in segments])
+                flat = copy.sums.reshape(-1, job.block)
+                flat[row_of * m + blocks] += np.concatenate(
+                    [seg.values for seg in segments]).reshape(-1, job.block)
+                copy.union[np.array(rows)] |= masks
+        stream = slots.streams[hdr.slot]
+        assert stream is not None
+        head[:, 1] = signed32(head[:, 1])
+        stream.looks[hdr.worker] = head
+        return True
 
     @staticmethod
-    def _status(job: Job, slot: int, seq: int, bitmap: int, src: Address,
+    def _finish_sparse(slots: _JobSlots, slot: int, copy: SlotCopy) -> None:
+        """The round is complete: plan the slot's next round from the look-ahead, and
+        encode the result (the sums of this round's groups and the next round's plan)."""
+        job = slots.job
+        stream = slots.streams[slot]
+        assert stream is not None
+        groups, exps, _participants, run = plan_round(stream.looks, job.k // job.block, LOOKAHEAD)
+        copy.run = run
+        if run:  # dense rounds follow; the position announces again afterwards
+            stream.pending_seq = -1
+        elif len(groups):
+            stream.pending_seq = copy.seq + 1
+            stream.pending_groups, stream.pending_exps = groups, exps
+        else:
+            stream.pending_seq = -1
+        segments = []
+        for group, row in sorted((copy.groups or {}).items()):
+            assert copy.union is not None and copy.sums is not None
+            mask = copy.union[row]
+            if mask.any():
+                segments.append(Segment(group, mask, copy.sums[row][mask].reshape(-1)))
+        copy.numel = sum(len(seg.values) for seg in segments)
+        copy.exp = int(exps.max()) if len(exps) else EXP_ZERO
+        copy.result = encode_sparse(np.stack([groups, exps], axis=1) if len(groups)
+                                    else np.zeros((0, 2), np.int64), segments)
+
+    def _probe(self, slots: _JobSlots, hdr: Header, copy: SlotCopy, src: Address
+               ) -> list[Output]:
+        job = slots.job
+        self.counters["probes"] += 1
+        if hdr.seq > copy.seq:  # nobody's contribution to this round has arrived yet
+            return [self._status(job, hdr.slot, hdr.seq, slots.all, src)]
+        complete = copy.remaining == 0
+        if complete and hdr.flags & RESEND:
+            self.counters["resent_results"] += 1
+            return [(src, *self._result(job, hdr.slot, copy))]
+        return [self._status(job, hdr.slot, copy.seq, copy.expected & ~copy.bitmap, src,
+                             complete)]
+
+    @staticmethod
+    def _status(job: Job, slot: int, seq: int, waiting: int, src: Address,
                 complete: bool = False) -> Output:
+        """STATUS: the bitmap of the workers the round still waits for."""
         status = Header(STATUS, job.job_id, SWITCH_RANK, slot, 0, seq, 0, 0, job.key,
                         COMPLETE if complete else 0)
-        return (src, status, bitmap.to_bytes((job.workers + 7) // 8, "little"))
+        return (src, status, waiting.to_bytes((job.workers + 7) // 8, "little"))
 
-    def _result(self, job: Job, slot: int, copy: SlotCopy) -> tuple[Header, memoryview]:
+    def _result(self, job: Job, slot: int, copy: SlotCopy) -> tuple[Header, bytes | memoryview]:
         assert copy.acc is not None
+        flags = (SPARSE | (RUN if copy.run else 0)) if copy.sparse else 0
         header = Header(RESULT, job.job_id, SWITCH_RANK, slot, copy.numel, copy.seq, copy.tsi,
-                        copy.exp, job.key)
+                        copy.exp, job.key, flags)
+        if copy.sparse:
+            return header, copy.result
         return header, memoryview(copy.acc[: copy.numel]).cast("B")
 
-    def _mismatch(self, job: Job, hdr: Header, copy: SlotCopy) -> list[Output]:
+    def _mismatch(self, job: Job, hdr: Header, copy: SlotCopy, why: str = "") -> list[Output]:
         self._drop("mismatch", job)
-        if hdr.numel == 0 and copy.numel == 0:  # exponent rounds carry the tensor's length
+        if why:
+            text = (f"rank {hdr.worker} {why} (slot {hdr.slot}, round {hdr.seq}): the workers "
+                    "disagree about the tensor or its sparsity").encode()
+        elif hdr.numel == 0 and copy.numel == 0:  # exponent rounds carry the tensor's length
             text = (f"rank {hdr.worker} all-reduces {hdr.tsi} elements, other ranks "
                     f"{copy.tsi}: the workers' tensors differ").encode()
         else:
@@ -197,7 +379,7 @@ class Dataplane:
         err = Header(ERROR, job.job_id, SWITCH_RANK, hdr.slot, 0, hdr.seq, hdr.tsi, 0, job.key)
         return [(addr, err, text) for addr in job.addresses]
 
-    def _unknown_job(self, hdr: Header, src: Address, now: float) -> list[Output]:
+    def _unknown_job(self, hdr: Header, src: Address, now: float, size: int) -> list[Output]:
         """Tell the sender once in a while (rate-limited, never larger than what it sent)."""
         self._drop("unknown_job")
         if now - self._last_error_reply.get(src, -1e9) < ERROR_REPLY_INTERVAL_S:
@@ -206,7 +388,7 @@ class Dataplane:
         if len(self._last_error_reply) > 4096:
             self._last_error_reply.clear()
         err = Header(ERROR, hdr.job, SWITCH_RANK, hdr.slot, 0, hdr.seq, hdr.tsi, 0, 0)
-        return [(src, err, b"unknown job (the switch restarted or the job ended)")]
+        return [(src, err, UNKNOWN_JOB[: max(0, size - HEADER_SIZE)])]
 
     def slots_in_use(self) -> int:
         return self.table.slots_in_use()

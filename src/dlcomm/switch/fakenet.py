@@ -19,6 +19,7 @@ from typing import Callable
 
 import numpy as np
 
+from dlcomm.exchange.switch.sparse_window import SparseAllreduceOp
 from dlcomm.exchange.switch.window import AllreduceOp, Shard, Timing
 from dlcomm.switch.dataplane import Dataplane
 from dlcomm.switch.jobs import Address, JobTable
@@ -102,12 +103,14 @@ def aggregate(inputs: list[np.ndarray], k: int = 256, window: int = 4, shards: i
               net: NetConfig = NetConfig(), timing: Timing = Timing(),
               multicast: bool = True, max_time_s: float = 3600.0,
               before: Callable[[FakeNet, list[Dataplane]], None] | None = None,
-              ops_per_worker: int = 1) -> AggregateResult:
+              ops_per_worker: int = 1, sparse_block: int = 0,
+              threshold: float = 0.0) -> AggregateResult:
     """Sum ``inputs`` (one float32 array per worker) through switches over a FakeNet.
 
     ``ops_per_worker`` consecutive all-reduces of the same inputs are run, as a trainer
     does step after step (slot sequence numbers continue across them). ``before`` may add
-    extra traffic (e.g. a forger) before the run starts.
+    extra traffic (e.g. a forger) before the run starts. ``sparse_block`` > 0 runs sparse
+    streaming aggregation with blocks of that size.
     """
     n = len(inputs)
     fnet = FakeNet(net)
@@ -116,7 +119,8 @@ def aggregate(inputs: list[np.ndarray], k: int = 256, window: int = 4, shards: i
     dataplanes, shard_list = [], []
     for addr in switch_addrs:
         table = JobTable(total_slots=window + 8, max_k=max_elements())
-        job = table.register(workers, window, k, "fakenet", multicast_port=7000 if multicast else None)
+        job = table.register(workers, window, k, "fakenet",
+                             multicast_port=7000 if multicast else None, block=sparse_block)
         dp = Dataplane(table)
         dp.add_job(job)
         dataplanes.append(dp)
@@ -134,7 +138,12 @@ def aggregate(inputs: list[np.ndarray], k: int = 256, window: int = 4, shards: i
 
     def start(i: int) -> None:
         outputs[i][:] = inputs[i]
-        op = AllreduceOp(outputs[i], outputs[i], i, n, k, shard_list, seqs[i], timing)
+        if sparse_block:
+            op: AllreduceOp = SparseAllreduceOp(outputs[i], outputs[i], i, n, k, shard_list,
+                                                seqs[i], timing, block=sparse_block,
+                                                threshold=threshold)
+        else:
+            op = AllreduceOp(outputs[i], outputs[i], i, n, k, shard_list, seqs[i], timing)
         ops[i] = op
         for dst, hdr, body in op.start(fnet.now):
             fnet.send(workers[i], dst, hdr.pack() + bytes(body))

@@ -40,6 +40,7 @@ class Job:
     slot_count: int
     k: int                           # elements per packet at most
     name: str = ""
+    block: int = 0                   # sparse block size (0: dense rounds only); k % block == 0
     group: Address | None = None     # results go to this multicast group, else to every worker
     created: float = 0.0
     last_packet: float = 0.0
@@ -77,7 +78,7 @@ class JobTable:
                          f"{count} requested")
 
     def register(self, addresses: list[Address], slots: int, k: int, name: str = "",
-                 now: float = 0.0, multicast_port: int | None = None) -> Job:
+                 now: float = 0.0, multicast_port: int | None = None, block: int = 0) -> Job:
         if not 1 <= len(addresses) <= MAX_WORKERS:
             raise ValueError(f"a job has 1..{MAX_WORKERS} workers, got {len(addresses)}")
         if len(set(addresses)) != len(addresses):
@@ -86,6 +87,8 @@ class JobTable:
             raise ValueError(f"k must be in 1..{self.max_k}, got {k}")
         if slots < 1:
             raise ValueError(f"a job needs at least one slot, got {slots}")
+        if block < 0 or (block and k % block):
+            raise ValueError(f"the sparse block size {block} must divide k = {k}")
         base = self._free_range(slots)
         for _ in range(0xFFFF):
             job_id = self._next_id
@@ -99,8 +102,8 @@ class JobTable:
             if not 0 < multicast_port < 65536:
                 raise ValueError(f"bad multicast port {multicast_port}")
             group = (multicast_group(job_id), multicast_port)
-        job = Job(job_id, secrets.randbits(64), tuple(addresses), base, slots, k, name, group,
-                  now, now)
+        job = Job(job_id, secrets.randbits(64), tuple(addresses), base, slots, k, name, block,
+                  group, now, now)
         self.jobs[job_id] = job
         return job
 

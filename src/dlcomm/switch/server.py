@@ -153,7 +153,8 @@ class SwitchServer:
                 mport = req.get("multicast_port")
                 job = self.table.register(addresses, int(req["slots"]), int(req["k"]),
                                           str(req.get("name", "")), time.monotonic(),
-                                          int(mport) if mport is not None else None)
+                                          int(mport) if mport is not None else None,
+                                          int(req.get("block", 0)))
                 self.dataplane.add_job(job)
                 member = _Member(conn, job.job_id, 0)
                 self.members[job.job_id] = [member]

@@ -26,7 +26,7 @@ __all__ = ["SwitchService", "running_switches", "BASE_PORT", "SWITCH_EXCHANGES",
            "switches_for_job"]
 
 BASE_PORT = 9570
-SWITCH_EXCHANGES = frozenset({"switch", "sparse-switch"})  # exchanges that talk to a switch
+SWITCH_EXCHANGES = frozenset({"switch", "sparse-switch", "auto"})  # exchanges that talk to a switch
 
 
 @dataclass

@@ -3,7 +3,7 @@
 Requests (worker -> switch) and replies:
 
     {"op": "register", "addresses": [[ip, port], ...], "slots": W, "k": K, "name": "...",
-     "multicast_port": P or null}
+     "multicast_port": P or null, "block": B (0: dense only; else sparse rounds too)}
         -> {"ok": true, "job": J, "key": "<16 hex digits>", "slots": W, "k": K,
             "group": "239.77.x.y" or null}  (with a group, results go to group:P)
         (sent by rank 0; its connection is then attached as rank 0)

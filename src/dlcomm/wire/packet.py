@@ -17,11 +17,16 @@ Every packet is one UDP datagram: a 32-byte little-endian header and a payload.
                   sender's contribution for (slot, seq); with RESEND (0x02) it also asks for
                   the result to be sent again if the round is complete.
                   STATUS: COMPLETE (0x04) the round is complete (its result was multicast).
+                  DATA/RESULT: SPARSE (0x08) the payload is a sparse group (wire/sparse.py).
+                  RESULT: RUN (0x10) with SPARSE: the planned groups are full on every worker
+                  and follow as plain dense rounds (wire/sparse.py).
+                  DATA: ANNOUNCE (0x20) with SPARSE: a round that only announces look-aheads.
     resv    u8    0
     key     u64   the job's secret key (a bearer token, see docs/switch.md)
 
-Payload: DATA/RESULT: ``numel`` int32 values; STATUS: a bitmap of the workers whose
-contribution the switch holds for that slot round (bit i = rank i); ERROR: a UTF-8 message.
+Payload: DATA/RESULT: ``numel`` int32 values (SPARSE: see wire/sparse.py); STATUS: a bitmap
+of the workers whose contribution the round still waits for (bit i = rank i); ERROR: a
+UTF-8 message.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import struct
 from dataclasses import dataclass
 
 __all__ = ["HEADER", "HEADER_SIZE", "MAGIC", "VERSION", "DATA", "RESULT", "STATUS", "ERROR",
-           "PROBE", "RESEND", "COMPLETE",
+           "PROBE", "RESEND", "COMPLETE", "SPARSE", "RUN", "ANNOUNCE",
            "SWITCH_RANK", "MAX_DATAGRAM", "max_elements", "Header", "Malformed", "decode",
            "encode", "TYPE_NAMES"]
 
@@ -41,7 +46,7 @@ VERSION = 1
 DATA, RESULT, STATUS, ERROR = 1, 2, 3, 4
 TYPE_NAMES = {DATA: "data", RESULT: "result", STATUS: "status", ERROR: "error"}
 SWITCH_RANK = 0xFFFF
-PROBE, RESEND, COMPLETE = 0x01, 0x02, 0x04
+PROBE, RESEND, COMPLETE, SPARSE, RUN, ANNOUNCE = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
 MAX_DATAGRAM = 65507  # largest UDP payload over IPv4
 
 
@@ -93,7 +98,8 @@ def decode(data: bytes | bytearray | memoryview) -> tuple[Header, memoryview]:
     if typ not in TYPE_NAMES:
         raise Malformed("type", f"type {typ}")
     payload = memoryview(data)[HEADER_SIZE:]
-    if typ in (DATA, RESULT) and len(payload) != (0 if flags & PROBE else 4 * numel):
+    if typ in (DATA, RESULT) and not flags & SPARSE and \
+            len(payload) != (0 if flags & PROBE else 4 * numel):
         raise Malformed("length", f"{len(payload)} payload bytes for {numel} elements")
     return Header(typ, job, worker, slot, numel, seq, tsi, exp, key, flags), payload
 

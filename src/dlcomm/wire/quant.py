@@ -29,7 +29,8 @@ import math
 
 import numpy as np
 
-__all__ = ["EXP_ZERO", "EXP_NONFINITE", "chunk_exponents", "shift_for", "quantize",
+__all__ = ["EXP_ZERO", "EXP_NONFINITE", "chunk_exponents", "exponents_of_peaks",
+           "quantize_rows", "dequantize_rows", "shift_for", "quantize",
            "dequantize_into", "error_bound", "log2_workers"]
 
 EXP_ZERO = -32768      # the chunk is all zeros (or the exponent round has no chunk)
@@ -49,6 +50,11 @@ def chunk_exponents(x: np.ndarray, k: int) -> np.ndarray:
     if rest:
         tail = x[full * k:]
         peaks = np.append(peaks, max(tail.max(), -tail.min()))
+    return exponents_of_peaks(peaks)
+
+
+def exponents_of_peaks(peaks: np.ndarray) -> np.ndarray:
+    """e with 2^e > peak for each chunk peak (max |x|); zero and non-finite peaks marked."""
     _, exps = np.frexp(peaks.astype(np.float64))
     exps = exps.astype(np.int32)
     exps[peaks == 0] = EXP_ZERO
@@ -89,3 +95,26 @@ def error_bound(e_max: int, n: int) -> float:
     if e_max == EXP_ZERO:
         return 0.0
     return n * math.ldexp(1.0, e_max + log2_workers(n) - 31)
+
+
+def quantize_rows(rows: np.ndarray, e_rows: np.ndarray, n: int) -> np.ndarray:
+    """:func:`quantize` of every row of a 2-D float32 array with its own agreed exponent."""
+    limit = 2 ** (31 - log2_workers(n)) - 1
+    shifts = np.where(e_rows == EXP_ZERO, 0, 31 - log2_workers(n) - e_rows).astype(np.int32)
+    v = np.ldexp(rows, shifts[:, None])
+    np.rint(v, out=v)
+    q = v.astype(np.int32)
+    q[e_rows == EXP_ZERO] = 0
+    np.minimum(q, limit, out=q)
+    np.maximum(q, -limit, out=q)
+    return q
+
+
+def dequantize_rows(totals: np.ndarray, e_rows: np.ndarray, n: int) -> np.ndarray:
+    """:func:`dequantize_into` of every row of a 2-D int32 array with its exponent."""
+    out = totals.astype(np.float32)
+    shifts = np.where(e_rows == EXP_ZERO, 0, e_rows + log2_workers(n) - 31).astype(np.int32)
+    with np.errstate(over="ignore"):
+        np.ldexp(out, shifts[:, None], out=out)
+    out[e_rows == EXP_ZERO] = 0.0
+    return out

@@ -1,7 +1,15 @@
 """``switch``: all-reduce through dlcomm's aggregation switch (SwitchML protocol).
 
-Spec: ``switch:addr=HOST:PORT[+HOST:PORT...],k=16000,window=32,timeout_ms=200,
-deadline_s=30,drop=0,seed=0,multicast=auto|off``. Several addresses shard the job: chunks alternate over the
+Specs (every option optional)::
+
+    switch:addr=HOST:PORT[+HOST:PORT...],k=15872,window=8,timeout_ms=200,deadline_s=30,
+           drop=0,seed=0,multicast=auto|off
+    sparse-switch:block=256,threshold=0,...   only the blocks that carry data (OmniReduce)
+    auto:block=256,threshold=0,...            dense or sparse per tensor, from its density
+
+``sparse-switch`` and ``auto`` use k = the largest multiple of the block size <= 16,000
+(15,872 for 256), which is also the dense default, so that with threshold 0 all three give
+bit-identical sums. Several addresses shard the job: chunks alternate over the
 switches. When dlcomm starts the switch itself (``dlcomm train|bench --exchange switch``),
 it fills in ``addr``; a running switch can also be named with ``--switch``.
 
@@ -32,15 +40,20 @@ import torch.distributed as dist
 from dlcomm.errors import ConfigError, ExchangeError
 from dlcomm.exchange.base import EXCHANGES, Exchange, ExchangeContext, completed_future
 from dlcomm.exchange.switch.control import ControlClient
+from dlcomm.exchange.switch.sparse_window import SparseAllreduceOp
 from dlcomm.exchange.switch.transport import Transport
 from dlcomm.exchange.switch.window import Shard, Timing
 from dlcomm.sockets import set_buffers
 from dlcomm.wire.packet import max_elements
+from dlcomm.wire.sparse import block_peaks
 
 __all__ = ["SwitchExchange", "parse_addresses", "SWITCH_ENV"]
 
 SWITCH_ENV = "DLCOMM_SWITCH"  # set by dlcomm's launchers when they start the switch
-DEFAULT_K = 16000  # 64,032-byte datagrams: near the UDP maximum, few per-packet costs
+MAX_K = 16000  # 64,032-byte datagrams: near the UDP maximum, few per-packet costs
+DEFAULT_BLOCK = 256
+DEFAULT_K = MAX_K // DEFAULT_BLOCK * DEFAULT_BLOCK  # 15,872: dense chunks = sparse groups
+AUTO_SPARSE_BELOW = 0.85  # auto: sparse rounds while the global block density is below this
 DEFAULT_WINDOW = 8  # per shard: enough to fill a link, small enough not to overflow queues
 
 Address = tuple[str, int]
@@ -78,7 +91,8 @@ class SwitchExchange(Exchange):
 
     def __init__(self, ctx: ExchangeContext, addresses: list[Address], k: int = DEFAULT_K,
                  window: int = DEFAULT_WINDOW, timing: Timing = Timing(), drop_rate: float = 0.0,
-                 seed: int = 0, multicast: bool = True) -> None:
+                 seed: int = 0, multicast: bool = True, mode: str = "dense",
+                 block: int = 0, threshold: float = 0.0) -> None:
         super().__init__(ctx, counting="measured")
         if not 1 <= k <= max_elements():
             raise ConfigError(f"switch k must be in 1..{max_elements()}, got {k}")
@@ -86,13 +100,23 @@ class SwitchExchange(Exchange):
             raise ConfigError(f"switch window must be >= 1, got {window}")
         if not 0 <= drop_rate < 1:
             raise ConfigError(f"switch drop rate must be in [0, 1), got {drop_rate}")
+        if mode not in ("dense", "sparse", "auto"):
+            raise ConfigError(f"switch mode must be dense, sparse or auto, got {mode!r}")
+        if mode != "dense" and (block < 1 or k % block):
+            raise ConfigError(f"sparse block size {block} must divide k = {k}")
+        if threshold < 0:
+            raise ConfigError(f"sparse threshold must be >= 0, got {threshold}")
         self.k, self.window, self.addresses = k, window, addresses
+        self.mode, self.block, self.threshold = mode, block, threshold
+        self.density: dict[int | str | None, float] = {}  # global block density per tensor
+        self.sparse_ops = self.dense_ops = 0
+        self.name = {"dense": "switch", "sparse": "sparse-switch", "auto": "auto"}[mode]
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.controls: list[ControlClient] = []
         self.multicast_port: int | None = None
         try:
             self._bind(ctx, _local_address(addresses[0]), multicast)
-            shards = self._bootstrap(ctx)
+            shards = self._bootstrap(ctx, mode)
         except BaseException:
             self._close_sockets(leave=False)
             raise
@@ -125,7 +149,7 @@ class SwitchExchange(Exchange):
         set_buffers(self.sock)
         self.sock.bind((host, 0))
 
-    def _bootstrap(self, ctx: ExchangeContext) -> list[Shard]:
+    def _bootstrap(self, ctx: ExchangeContext, mode: str = "dense") -> list[Shard]:
         mine = (self.host, int(self.sock.getsockname()[1]))
         everyone: list[Any] = [None] * ctx.world_size
         dist.all_gather_object(everyone, mine, group=ctx.group)
@@ -139,7 +163,8 @@ class SwitchExchange(Exchange):
                     reply = control.request({"op": "register", "addresses": everyone,
                                              "slots": self.window, "k": self.k,
                                              "name": ctx.job_name,
-                                             "multicast_port": self.multicast_port})
+                                             "multicast_port": self.multicast_port,
+                                             "block": self.block if mode != "dense" else 0})
                     granted.append((reply["job"], reply["key"], reply["slots"],
                                     reply.get("group")))
                 grants = [granted]
@@ -176,7 +201,29 @@ class SwitchExchange(Exchange):
             return completed_future(flat)
         if flat.dtype != torch.float32:
             raise ExchangeError(f"the switch exchange sums float32 tensors, got {flat.dtype}")
-        return self.transport.submit(flat)
+        sparse = self.mode == "sparse" or (
+            self.mode == "auto" and self.density.get(key, 0.0) < AUTO_SPARSE_BELOW)
+        transport = self.transport
+
+        def make_op(data: Any) -> Any:
+            op = transport.new_op(data, sparse, self.block, self.threshold)
+            op.on_finish = lambda done: self._record_density(key, done)
+            return op
+
+        return transport.submit(flat, make_op)
+
+    def _record_density(self, key: int | str | None, op: Any) -> None:
+        """The global block density of a finished op (every worker sees the same results,
+        so auto mode makes the same choice on every worker)."""
+        if isinstance(op, SparseAllreduceOp):
+            self.sparse_ops += 1
+            total = max(len(op.mask), 1)
+            self.density[key] = op.union_blocks / total
+        else:
+            self.dense_ops += 1
+            if self.mode == "auto":
+                self.density[key] = (float((block_peaks(op.out, self.block) != 0).mean())
+                                     if len(op.out) else 0.0)
 
     def stats(self):  # type: ignore[no-untyped-def]
         t = self.transport.stats
@@ -185,8 +232,13 @@ class SwitchExchange(Exchange):
         s.extra = {"packets_sent": t.packets_sent, "packets_received": t.packets_received,
                    "retransmissions": t.retransmissions, "drops_injected": t.drops_injected,
                    "probes": t.extra.get("probes", 0),
+                   "prepare_s": t.extra.get("prepare_us", 0) / 1e6,
+                   "op_s": t.extra.get("op_us", 0) / 1e6,
                    "k": self.k, "window": self.window, "shards": len(self.addresses),
-                   "multicast": bool(self.groups)}
+                   "multicast": bool(self.groups), "mode": self.mode,
+                   "sparse_ops": self.sparse_ops, "dense_ops": self.dense_ops}
+        if self.mode != "dense":
+            s.extra["block_density"] = {str(k): v for k, v in self.density.items()}
         return super().stats()
 
     def _close_sockets(self, leave: bool) -> None:
@@ -208,23 +260,43 @@ def _opt(options: dict[str, str], key: str, convert: Any, default: Any) -> Any:
         raise ConfigError(f"exchange 'switch': bad value for {key!r}") from None
 
 
-@EXCHANGES.register("switch", "in-network aggregation through dlcomm's switch (SwitchML)")
-def _make_switch(ctx: ExchangeContext, **options: str) -> Exchange:
+def _make(ctx: ExchangeContext, mode: str, options: dict[str, str]) -> Exchange:
+    name = {"dense": "switch", "sparse": "sparse-switch", "auto": "auto"}[mode]
     opts = dict(options)
     addr_text = opts.pop("addr", None) or os.environ.get(SWITCH_ENV)
     if not addr_text:
-        raise ConfigError("exchange 'switch' needs addr=HOST:PORT (or let dlcomm start the "
-                          "switch: dlcomm train/bench --exchange switch)")
+        raise ConfigError(f"exchange {name!r} needs addr=HOST:PORT (or let dlcomm start the "
+                          f"switch: dlcomm train/bench --exchange {name})")
     timing = Timing(initial_timeout_s=_opt(opts, "timeout_ms", float, 200.0) / 1000,
                     deadline_s=_opt(opts, "deadline_s", float, 30.0))
-    k = _opt(opts, "k", int, DEFAULT_K)
+    block = _opt(opts, "block", int, DEFAULT_BLOCK) if mode != "dense" else 0
+    default_k = MAX_K // block * block if block else DEFAULT_K
+    k = _opt(opts, "k", int, default_k)
     window = _opt(opts, "window", int, DEFAULT_WINDOW)
     drop = _opt(opts, "drop", float, 0.0)
     seed = _opt(opts, "seed", int, 0)
+    threshold = _opt(opts, "threshold", float, 0.0) if mode != "dense" else 0.0
     multicast = opts.pop("multicast", "auto")
     if multicast not in ("auto", "off"):
-        raise ConfigError(f"exchange 'switch': multicast must be auto or off, got {multicast!r}")
+        raise ConfigError(f"exchange {name!r}: multicast must be auto or off, got {multicast!r}")
+    if mode != "dense" and not 32 <= block <= 1024:
+        raise ConfigError(f"exchange {name!r}: block must be in 32..1024, got {block}")
     if opts:
-        raise ConfigError(f"exchange 'switch' has no option(s) {sorted(opts)}")
+        raise ConfigError(f"exchange {name!r} has no option(s) {sorted(opts)}")
     return SwitchExchange(ctx, parse_addresses(addr_text), k, window, timing, drop, seed,
-                          multicast == "auto")
+                          multicast == "auto", mode, block, threshold)
+
+
+@EXCHANGES.register("switch", "in-network aggregation through dlcomm's switch (SwitchML)")
+def _make_switch(ctx: ExchangeContext, **options: str) -> Exchange:
+    return _make(ctx, "dense", options)
+
+
+@EXCHANGES.register("sparse-switch", "only non-zero blocks through the switch (OmniReduce)")
+def _make_sparse(ctx: ExchangeContext, **options: str) -> Exchange:
+    return _make(ctx, "sparse", options)
+
+
+@EXCHANGES.register("auto", "dense or sparse switch rounds per tensor, from its density")
+def _make_auto(ctx: ExchangeContext, **options: str) -> Exchange:
+    return _make(ctx, "auto", options)

@@ -13,15 +13,19 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import torch
 
 from dlcomm.errors import ExchangeError
+from dlcomm.exchange.switch.sparse_window import SparseAllreduceOp
 from dlcomm.exchange.switch.window import AllreduceOp, RttEstimator, Send, Shard, Timing
 from dlcomm.wire.packet import Malformed, decode
 
-__all__ = ["Transport", "TransportStats"]
+__all__ = ["Transport", "TransportStats", "MakeOp"]
+
+MakeOp = Callable[[np.ndarray], AllreduceOp]
 
 
 @dataclass
@@ -50,16 +54,28 @@ class Transport:
         self.failure = failure
         self.stats = TransportStats()
         self.broken: ExchangeError | None = None
-        self._ops: queue.Queue[tuple[torch.Tensor, torch.futures.Future] | None] = queue.Queue()
+        self._ops: queue.Queue[tuple[torch.Tensor, torch.futures.Future, MakeOp] | None] = \
+            queue.Queue()
         self._thread = threading.Thread(target=self._run, name="dlcomm-switch-io", daemon=True)
         self._thread.start()
 
-    def submit(self, flat: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+    def new_op(self, data: np.ndarray, sparse: bool = False, block: int = 0,
+               threshold: float = 0.0) -> AllreduceOp:
+        """A dense or sparse op over this transport's job (to run from the I/O thread)."""
+        if sparse:
+            return SparseAllreduceOp(data, data, self.rank, self.workers, self.k, self.shards,
+                                     self.seqs, self.timing, self.rtt, block=block,
+                                     threshold=threshold)
+        return AllreduceOp(data, data, self.rank, self.workers, self.k, self.shards, self.seqs,
+                           self.timing, self.rtt)
+
+    def submit(self, flat: torch.Tensor, make_op: MakeOp) -> torch.futures.Future[torch.Tensor]:
+        """Queue an all-reduce of ``flat`` (in place); ``make_op(data)`` builds its op."""
         fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
         if self.broken is not None:
             fut.set_exception(self.broken)
         else:
-            self._ops.put((flat, fut))
+            self._ops.put((flat, fut, make_op))
         return fut
 
     def close(self) -> None:
@@ -87,12 +103,12 @@ class Transport:
             item = self._ops.get()
             if item is None:
                 return
-            flat, fut = item
+            flat, fut, make_op = item
             if self.broken is not None:
                 fut.set_exception(self.broken)
                 continue
             try:
-                self._run_op(flat, view, buf)
+                self._run_op(flat, make_op, view, buf)
             except ExchangeError as exc:
                 self.broken = exc  # the job's slot rounds may now differ between workers
                 fut.set_exception(exc)
@@ -104,12 +120,17 @@ class Transport:
             self.stats.ops += 1
             fut.set_result(flat)
 
-    def _run_op(self, flat: torch.Tensor, view: memoryview, buf: bytearray) -> None:
+    def _run_op(self, flat: torch.Tensor, make_op: MakeOp, view: memoryview,
+                buf: bytearray) -> None:
         data = flat.detach().numpy() if flat.is_contiguous() else flat.contiguous().numpy()
-        op = AllreduceOp(data, data, self.rank, self.workers, self.k, self.shards, self.seqs,
-                         self.timing, self.rtt)
+        t0 = time.perf_counter()
+        op = make_op(data)
+        sends = op.start(time.monotonic())
+        t1 = time.perf_counter()
+        extra = self.stats.extra
+        extra["prepare_us"] = extra.get("prepare_us", 0) + int((t1 - t0) * 1e6)
         sock = self.sock
-        self._send(op.start(time.monotonic()))
+        self._send(sends)
         next_check = time.monotonic() + 0.2
         while not op.done:
             now = time.monotonic()
@@ -138,6 +159,9 @@ class Transport:
                 self.stats.malformed += 1
                 continue
             self._send(op.on_packet(hdr, payload, src, time.monotonic()))
+        extra["op_us"] = extra.get("op_us", 0) + int((time.perf_counter() - t0) * 1e6)
+        if op.on_finish is not None and op.error is None:
+            op.on_finish(op)
         self.stats.retransmissions += op.retransmissions
         self.stats.extra["probes"] = self.stats.extra.get("probes", 0) + op.probes
         if op.error is not None:

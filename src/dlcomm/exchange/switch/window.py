@@ -28,13 +28,15 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
 from dlcomm.errors import ExchangeError, ExchangeTimeout
 from dataclasses import replace
 
-from dlcomm.wire.packet import COMPLETE, DATA, ERROR, PROBE, RESEND, RESULT, STATUS, Header
+from dlcomm.wire.packet import (COMPLETE, DATA, ERROR, PROBE, RESEND, RESULT, SPARSE, STATUS,
+                                Header)
 from dlcomm.wire.quant import (EXP_NONFINITE, EXP_ZERO, chunk_exponents, dequantize_into,
                                quantize)
 
@@ -103,7 +105,7 @@ class _Position:
     deadline: float = 0.0
     retries: int = 0
     done: bool = False
-    waiting_for: int | None = None   # bitmap of contributors from the switch's last STATUS
+    missing: int | None = None       # bitmap of ranks the round waits for (last STATUS)
     complete_seen: bool = False      # a STATUS said the round is complete
 
 
@@ -126,11 +128,12 @@ class AllreduceOp:
             raise ExchangeError("the switch exchange sums float32 tensors")
         self.rtt = self.rtt or RttEstimator(self.timing)
         self.chunks = -(-len(self.data) // self.k)
-        self.exps = chunk_exponents(self.data, self.k) if self.chunks else np.zeros(0, np.int32)
+        self.exps = self._prepare()
+        if self.exps is None:
+            self.exps = chunk_exponents(self.data, self.k) if self.chunks else np.zeros(0, np.int32)
         order = [(s, slot) for slot in range(max(sh.slots for sh in self.shards))
                  for s, sh in enumerate(self.shards) if slot < sh.slots]
         self.positions = [_Position(i, s, slot) for i, (s, slot) in enumerate(order[: self.chunks])]
-        self.remaining = self.chunks
         self.error: ExchangeError | None = None
         self.last_progress = 0.0
         self.retransmissions = 0
@@ -139,9 +142,16 @@ class AllreduceOp:
         bad = np.flatnonzero(self.exps == EXP_NONFINITE)
         self.local_nonfinite = int(bad[0]) * self.k if len(bad) else None
 
+    on_finish: "Callable[[AllreduceOp], None] | None" = None  # called once the op is done
+
+    def _prepare(self) -> np.ndarray | None:
+        """Hook for modes that change the data before exponents are taken (sparse); it may
+        return the chunk exponents it computed on the way."""
+        return None
+
     @property
     def done(self) -> bool:
-        return self.remaining == 0 or self.error is not None
+        return self.error is not None or all(p.done for p in self.positions)
 
     def _tsi(self, chunk: int) -> int:
         return chunk * self.k
@@ -155,7 +165,7 @@ class AllreduceOp:
         pos.deadline = now + self.rtt.timeout(pos.retries)  # type: ignore[union-attr]
         assert pos.header is not None
         if probe:
-            flags = PROBE | (RESEND if pos.complete_seen else 0)
+            flags = pos.header.flags | PROBE | (RESEND if pos.complete_seen else 0)
             return (shard.address, replace(pos.header, flags=flags), b"")
         body = memoryview(pos.payload).cast("B") if pos.payload is not None else b""
         return (shard.address, pos.header, body)
@@ -166,7 +176,7 @@ class AllreduceOp:
         pos.seq = self.seqs[pos.shard][pos.slot]
         self.seqs[pos.shard][pos.slot] += 1
         pos.retries = 0
-        pos.waiting_for = None
+        pos.missing = None
         pos.complete_seen = False
         if chunk < 0:  # exponent round for the position's first chunk
             pos.chunk, pos.payload = -1, None
@@ -194,17 +204,18 @@ class AllreduceOp:
         if pos is None or pos.done or self.error is not None:
             return []
         if hdr.type == ERROR:
-            self.error = ExchangeError(f"switch {src[0]}:{src[1]}: "
-                                       f"{bytes(payload).decode(errors='replace')}")
+            text = bytes(payload).decode(errors="replace") or \
+                "unknown job (the switch restarted or the job ended)"
+            self.error = ExchangeError(f"switch {src[0]}:{src[1]}: {text}")
             return []
         if hdr.seq != pos.seq:
             return []  # a duplicate of an earlier round
         if hdr.type == STATUS:
-            pos.waiting_for = int.from_bytes(bytes(payload), "little")
+            pos.missing = int.from_bytes(bytes(payload), "little")
             pos.complete_seen = bool(hdr.flags & COMPLETE)
             pos.retries = 0  # the switch answered: no reason to back off further
-            if not (pos.waiting_for >> self.rank) & 1:  # our packet was lost: send it again
-                self.retransmissions += 1
+            if (pos.missing >> self.rank) & 1:
+                self.retransmissions += 1  # the switch lacks our packet: send it again
                 return [self._send(pos, now)]
             rtt = self.rtt  # type: ignore[union-attr]
             # complete: the result is on its way or lost; ask again (RESEND) after about one
@@ -213,25 +224,37 @@ class AllreduceOp:
                 rtt.timeout(0)
             pos.deadline = now + wait
             return []
-        if hdr.type != RESULT or hdr.numel != (pos.header.numel if pos.header else 0):
+        if hdr.type != RESULT:
             return []
+        if hdr.exp == EXP_NONFINITE:
+            self._nonfinite()
+            return []
+        sends = self._on_result(pos, hdr, payload, now)
+        if sends is None:
+            return []  # not a result of this round after all
         if pos.retries == 0:
             self.rtt.sample(now - pos.sent_at)  # type: ignore[union-attr]
         self.last_progress = now
+        return sends
+
+    def _nonfinite(self) -> None:
+        where = (f"this worker (rank {self.rank}) near element {self.local_nonfinite}"
+                 if self.local_nonfinite is not None else "another worker")
+        self.error = ExchangeError(f"a gradient holds NaN or Inf ({where}); the switch "
+                                   "exchange refuses to sum it")
+
+    def _on_result(self, pos: _Position, hdr: Header, payload: memoryview, now: float
+                   ) -> list[Send] | None:
+        """Dense: dequantize the chunk's sum, move the position to its next chunk."""
+        if hdr.flags & SPARSE or hdr.numel != (pos.header.numel if pos.header else 0):
+            return None
         if pos.chunk >= 0:
             lo = pos.header.tsi  # type: ignore[union-attr]
             dequantize_into(self.out[lo: lo + hdr.numel],
                             np.frombuffer(payload, dtype=np.int32), pos.e_used, self.workers)
-            self.remaining -= 1
             nxt = pos.chunk + len(self.positions)
         else:
             nxt = pos.index
-        if hdr.exp == EXP_NONFINITE:
-            where = (f"this worker (rank {self.rank}) near element {self.local_nonfinite}"
-                     if self.local_nonfinite is not None else "another worker")
-            self.error = ExchangeError(f"a gradient holds NaN or Inf ({where}); the switch "
-                                       "exchange refuses to sum it")
-            return []
         if nxt >= self.chunks:
             pos.done = True
             return []
@@ -262,10 +285,10 @@ class AllreduceOp:
 
     def _stuck_error(self, now: float) -> ExchangeTimeout:
         stuck = [p for p in self.positions if not p.done]
-        known = [p for p in stuck if p.waiting_for is not None]
+        known = [p for p in stuck if p.missing]
         if known:
             p = known[0]
-            missing = [r for r in range(self.workers) if not (p.waiting_for >> r) & 1]  # type: ignore[operator]
+            missing = [r for r in range(self.workers) if (p.missing >> r) & 1]  # type: ignore[operator]
             addr = self.shards[p.shard].address
             return ExchangeTimeout(
                 f"no progress for {now - self.last_progress:.1f} s: the switch at "

@@ -1,0 +1,224 @@
+"""The worker's side of sparse streaming aggregation (OmniReduce), as a pure state machine.
+
+The same window, timers, probes and retransmission as the dense :class:`AllreduceOp`; what
+changes is what a round carries. Groups of m blocks of b elements are the dense chunks
+(m x b = k), and window position p owns the groups g = p, p + P, p + 2P, ... Per position
+(REFERENCES.md section 2):
+
+1. an announce round (no values) tells the switch each worker's look-ahead: its next
+   ``LOOKAHEAD`` groups that hold a non-zero block, each with its exponent and its count of
+   non-zero blocks;
+2. the switch plans the next round from all look-aheads (``switch.dataplane.plan_round``):
+   the smallest announced groups, as many as fit one datagram, with the largest announced
+   exponent per group; its result names them;
+3. the workers that have data in those groups send their non-zero blocks of every one of
+   them (quantized per group with the agreed exponent) and a new look-ahead; every other
+   worker is implicitly zero there and sends an empty contribution (its look-ahead only),
+   so that, as in dense mode, a slot never runs ahead of a worker that has not yet received
+   its previous result (a worker that only listened could miss a result for good);
+4. every result carries the sums of the round's groups (the union of the blocks sent) and
+   the next round's plan; when nobody has anything left, the plan is empty and the position
+   is done.
+
+At low density one round fuses many groups; at full density a round is one group, as in
+dense mode. Blocks at or below ``threshold`` are not sent and become zeros (0 = exact).
+With threshold 0 the result is bit-identical to the dense exchange with the same k: every
+group is quantized with the exponent a dense round would agree on (a listener's all-zero
+group would not raise the maximum), and adding zeros changes no integer sum.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from dlcomm.errors import ExchangeError
+from dlcomm.exchange.switch.window import AllreduceOp, Send, _Position
+from dlcomm.wire.packet import ANNOUNCE, DATA, RUN, SPARSE, Header
+from dlcomm.wire.quant import (EXP_NONFINITE, EXP_ZERO, chunk_exponents, dequantize_into,
+                               dequantize_rows, exponents_of_peaks, quantize_rows)
+from dlcomm.wire.sparse import (LOOKAHEAD, RESULT_WIDTH, Segment, block_peaks, data_width,
+                                decode, encode, nonzero_blocks, pack_masks, signed32,
+                                zero_absent_blocks)
+
+__all__ = ["SparseAllreduceOp"]
+
+
+@dataclass
+class SparseAllreduceOp(AllreduceOp):
+    block: int = 256
+    threshold: float = 0.0
+    plans: dict[int, dict[int, int]] = field(default_factory=dict)  # position -> group -> exp
+    runs: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # dense runs left
+
+    def _prepare(self) -> np.ndarray:
+        """Find the blocks to send and the chunk exponents, in as few passes as possible.
+
+        Threshold 0: a block is sent if any value is non-zero (or NaN); exponents are the
+        dense ones. Threshold > 0: block peaks decide, and the exponents come from the peaks
+        of the blocks that are sent. Absent blocks are then cleared to +0.0 (they may hold
+        -0.0 or small values), so that the output's zeros are exactly what dense mode gives.
+        """
+        b = self.block
+        if b < 1 or self.k % b:
+            raise ExchangeError(f"sparse block {b} must divide k = {self.k}")
+        self.m = self.k // b
+        if self.threshold == 0:
+            self.mask = nonzero_blocks(self.data, b)
+            exps = chunk_exponents(self.data, self.k) if self.chunks else np.zeros(0, np.int32)
+        else:
+            peaks = block_peaks(self.data, b)
+            self.mask = ~(peaks <= self.threshold)  # NaN blocks travel: all must see them
+            sent = np.zeros(self.chunks * self.m, dtype=np.float32)
+            sent[: len(peaks)] = np.where(self.mask, peaks, 0.0)
+            exps = exponents_of_peaks(sent.reshape(self.chunks, self.m).max(axis=1)
+                                      if self.chunks else np.zeros(0, np.float32))
+        zero_absent_blocks(self.data, self.mask, b)
+        self.group_mask = np.zeros((self.chunks, self.m), dtype=bool)
+        self.group_mask.reshape(-1)[: len(self.mask)] = self.mask
+        self.group_blocks = self.group_mask.sum(axis=1)
+        self.packed = pack_masks(self.group_mask)  # per group: its mask as u32 words
+        self.union_blocks = 0  # blocks that came back non-zero (the global density)
+        return exps
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        count = max(len(self.positions), 1)
+        nonzero = self.group_blocks > 0
+        self.mine = [np.flatnonzero(nonzero[p::count]) * count + p for p in range(count)]
+        self.cursor = [0] * count
+
+    # -- look-ahead and packets -----------------------------------------------------------
+    def _look(self, index: int) -> np.ndarray:
+        """The position's next LOOKAHEAD groups of this worker: (group, exponent, mask...)."""
+        groups = self.mine[index][self.cursor[index]: self.cursor[index] + LOOKAHEAD]
+        if not len(groups):
+            return np.zeros((0, data_width(self.m)), np.int64)
+        return np.concatenate([groups[:, None], self.exps[groups].astype(np.int64)[:, None],
+                               self.packed[groups]], axis=1)
+
+    def _next_round(self, pos: _Position) -> None:
+        pos.seq = self.seqs[pos.shard][pos.slot]
+        self.seqs[pos.shard][pos.slot] += 1
+        pos.retries, pos.missing, pos.complete_seen = 0, None, False
+
+    def _header(self, pos: _Position, numel: int, tsi: int, flags: int = SPARSE) -> Header:
+        shard = self.shards[pos.shard]
+        return Header(DATA, shard.job, self.rank, pos.slot, numel, pos.seq, tsi, EXP_ZERO,
+                      shard.key, flags)
+
+    def start(self, now: float) -> list[Send]:
+        self.last_progress = now
+        return [self._announce(pos, now) for pos in self.positions]
+
+    def _gather(self, blocks: np.ndarray) -> np.ndarray:
+        """Rows of the data for global block indices (the tensor's last block zero-padded)."""
+        b, full = self.block, len(self.data) // self.block
+        rows = self.data[: full * b].reshape(full, b)[np.minimum(blocks, max(full - 1, 0))] \
+            if full else np.zeros((len(blocks), b), np.float32)
+        partial = blocks >= full
+        if partial.any():
+            tail = np.zeros(b, np.float32)
+            tail[: len(self.data) - full * b] = self.data[full * b:]
+            rows[partial] = tail
+        return rows
+
+    def _send_groups(self, pos: _Position, mine: np.ndarray, plan: dict[int, int],
+                     now: float) -> Send:
+        """Send this worker's non-zero blocks of the planned groups it has (``mine``, maybe
+        none): one gather and one quantization for all of them, exponent per group."""
+        self._next_round(pos)
+        masks = self.group_mask[mine]                              # (groups, m)
+        counts = masks.sum(axis=1)
+        blocks = (mine[:, None] * self.m + np.arange(self.m))[masks]
+        e_rows = np.repeat(np.array([plan[int(g)] for g in mine], dtype=np.int64), counts)
+        q = quantize_rows(self._gather(blocks), e_rows, self.workers).reshape(-1) \
+            if len(blocks) else np.zeros(0, np.int32)
+        ends = np.cumsum(counts) * self.block
+        segments = [Segment(int(g), masks[i], q[ends[i] - counts[i] * self.block: ends[i]])
+                    for i, g in enumerate(mine)]
+        self.cursor[pos.index] += len(mine)
+        pos.chunk = min(plan)
+        pos.header = self._header(pos, q.size, min(plan) * self.k)
+        pos.payload = np.frombuffer(encode(self._look(pos.index), segments), dtype=np.uint8)
+        return self._send(pos, now)
+
+    # -- results --------------------------------------------------------------------------
+    def _write(self, segments: list[Segment], plan: dict[int, int]) -> None:
+        """Dequantize the summed blocks of a result into the output (all groups at once)."""
+        if not segments:
+            return
+        b, m = self.block, self.m
+        blocks = np.concatenate([s.group * m + np.flatnonzero(s.mask) for s in segments])
+        counts = [int(s.mask.sum()) for s in segments]
+        e_rows = np.repeat(np.array([plan[s.group] for s in segments], dtype=np.int64), counts)
+        values = np.concatenate([s.values for s in segments]).reshape(-1, b)
+        rows = dequantize_rows(values, e_rows, self.workers)
+        self.union_blocks += len(blocks)
+        full = len(self.out) // b
+        inside = blocks < full
+        self.out[: full * b].reshape(full, b)[blocks[inside]] = rows[inside]
+        if not inside.all():  # the tensor's partial last block
+            self.out[full * b:] = rows[~inside][0, : len(self.out) - full * b]
+
+    def _announce(self, pos: _Position, now: float) -> Send:
+        """An announce round: no values, this worker's look-ahead (after a dense run)."""
+        self._next_round(pos)
+        pos.chunk = -1
+        pos.header = self._header(pos, 0, len(self.data) & 0xFFFFFFFF, SPARSE | ANNOUNCE)
+        pos.payload = np.frombuffer(encode(self._look(pos.index), []), dtype=np.uint8)
+        self.plans[pos.index] = {}
+        return self._send(pos, now)
+
+    def _dense_round(self, pos: _Position, now: float, e_max: int) -> Send:
+        """The next group of a dense run, as a plain dense round."""
+        run = self.runs[pos.index]
+        group, _ = run.pop(0)
+        self.cursor[pos.index] += 1
+        send = self._arm(pos, group, e_max, now)
+        # announce the exponent of the run's next group (the base announces chunk + P)
+        following = int(self.exps[run[0][0]]) if run else EXP_ZERO
+        pos.header = replace(pos.header, exp=following)  # type: ignore[arg-type]
+        return (send[0], pos.header, send[2])
+
+    def _on_result(self, pos: _Position, hdr: Header, payload: memoryview, now: float
+                   ) -> list[Send] | None:
+        if not hdr.flags & SPARSE:  # a dense round of a run
+            if pos.chunk < 0 or pos.index not in self.runs or hdr.numel != pos.header.numel:  # type: ignore[union-attr]
+                return None
+            lo = pos.chunk * self.k
+            dequantize_into(self.out[lo: lo + hdr.numel],
+                            np.frombuffer(payload, dtype=np.int32), pos.e_used, self.workers)
+            self.union_blocks += self.m  # a run's groups are full on every worker
+            if self.runs[pos.index]:
+                return [self._dense_round(pos, now, hdr.exp)]
+            del self.runs[pos.index]
+            return [self._announce(pos, now)]
+        try:
+            head, segments = decode(payload, hdr.numel, self.block, RESULT_WIDTH)
+        except ValueError:
+            return None
+        current = self.plans.get(pos.index, {})
+        if any(seg.group not in current or len(seg.mask) > self.m for seg in segments):
+            return None  # not this round's result
+        self._write(segments, current)
+        plan = {int(g): int(e) for g, e in zip(head[:, 0], signed32(head[:, 1]))}
+        self.plans[pos.index] = plan
+        if not plan:
+            pos.done = True
+            return []
+        if EXP_NONFINITE in plan.values():
+            self._nonfinite()
+            return []
+        count = max(len(self.positions), 1)
+        if any(g >= self.chunks or g % count != pos.index for g in plan):
+            self.error = ExchangeError(f"the switch planned groups {sorted(plan)[:4]} for window "
+                                       f"position {pos.index}: the workers' tensors differ")
+            return []
+        if hdr.flags & RUN:
+            self.runs[pos.index] = sorted(plan.items())
+            first_exp = self.runs[pos.index][0][1]
+            return [self._dense_round(pos, now, first_exp)]
+        upcoming = self.mine[pos.index][self.cursor[pos.index]:]
+        return [self._send_groups(pos, upcoming[upcoming <= max(plan)], plan, now)]

@@ -1,0 +1,176 @@
+"""Sparse block encoding for streaming aggregation (OmniReduce, REFERENCES.md section 2).
+
+A tensor is cut into blocks of b elements; m consecutive blocks form a *group*, which is
+exactly a dense chunk (m x b = k), so a group is quantized with the same exponent in both
+modes. A block is non-zero if any |x| > threshold (0: exact) or it holds a NaN.
+
+A sparse round covers one or more groups (the switch picks them from the workers'
+look-ahead), and its payloads are, as little-endian u32 words then int32 values::
+
+    nseg    u32               segments (groups) carried
+    nhead   u32               entries of the head table
+    head    nhead x width u32 DATA (width 2 + ceil(m / 32)): the sender's next non-zero
+                              groups after this round, as (group, exponent, block mask words);
+                              RESULT (width 2): the next round's groups, as (group, agreed
+                              exponent) - empty when the position is done
+    then per segment:
+      group  u32, blocks u32 (blocks in the group: m, or fewer at the tensor's end),
+      mask   ceil(blocks / 32) u32 words (bit i: block i present),
+      values b int32 per present block (a partial last block is zero-padded)
+
+The header's ``numel`` counts all values of all segments.
+
+A RESULT flagged RUN plans a *dense run*: every worker announced the listed groups, with
+every block present. Those groups then follow as ordinary dense rounds (the cheap path of the
+switch), exponents agreed one round ahead as in dense mode, after which the position
+announces its look-ahead again.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Segment", "nonzero_blocks", "block_peaks", "zero_absent_blocks", "encode", "decode",
+           "mask_words", "data_width", "RESULT_WIDTH", "LOOKAHEAD", "signed32", "pack_masks", "popcount"]
+
+RESULT_WIDTH = 2
+LOOKAHEAD = 32  # next non-zero groups a worker announces per slot
+
+
+def data_width(blocks_per_group: int) -> int:
+    """Columns of a DATA look-ahead entry: group, exponent, then the group's mask words."""
+    return 2 + mask_words(blocks_per_group)
+
+
+def pack_masks(masks: np.ndarray) -> np.ndarray:
+    """Bool rows (r, m) -> u32 words (r, ceil(m / 32)), bit i of a row = block i."""
+    rows, m = masks.shape
+    bits = np.zeros((rows, mask_words(m) * 32), dtype=bool)
+    bits[:, :m] = masks
+    return np.packbits(bits, axis=1, bitorder="little").view("<u4").astype(np.int64)
+
+
+_POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
+
+
+def popcount(words: np.ndarray) -> np.ndarray:
+    """Set bits per row of u32 words (rows, w)."""
+    as_bytes = np.ascontiguousarray(words, dtype="<u4").view(np.uint8)
+    return _POPCOUNT[as_bytes].reshape(len(words), -1).sum(axis=1)
+
+
+@dataclass
+class Segment:
+    group: int
+    mask: np.ndarray     # bool per block of the group
+    values: np.ndarray   # int32, b per present block
+
+
+def signed32(values: np.ndarray) -> np.ndarray:
+    """u32 words back to the signed ints they carry (exponents may be negative)."""
+    return (values + 2**31) % 2**32 - 2**31
+
+
+def mask_words(blocks: int) -> int:
+    return (blocks + 31) // 32
+
+
+def nonzero_blocks(x: np.ndarray, b: int) -> np.ndarray:
+    """Per block of ``b`` elements: does it hold a value other than +-0 (NaN included)?"""
+    full, rest = divmod(len(x), b)
+    out = (x[: full * b].reshape(full, b) != 0).any(axis=1) if full else np.zeros(0, bool)
+    if rest:
+        out = np.append(out, bool((x[full * b:] != 0).any()))
+    return out
+
+
+def block_peaks(x: np.ndarray, b: int) -> np.ndarray:
+    """max |x| per block of ``b`` elements, in two reductions without a temporary (NaN if
+    the block holds one)."""
+    full, rest = divmod(len(x), b)
+    if full:
+        view = x[: full * b].reshape(full, b)
+        peaks = np.maximum(view.max(axis=1), -view.min(axis=1))
+    else:
+        peaks = np.zeros(0, np.float32)
+    if rest:
+        tail = x[full * b:]
+        peaks = np.append(peaks, max(tail.max(), -tail.min()))
+    return peaks
+
+
+def zero_absent_blocks(x: np.ndarray, present: np.ndarray, b: int) -> None:
+    """Blocks that are not sent are dropped: make them exact (+0.0) zeros, in place."""
+    full = len(x) // b
+    absent = ~present[:full]
+    if full and absent.mean() > 0.5:  # mostly absent: clear everything, put the present back
+        keep = np.flatnonzero(present[:full])
+        saved = x[: full * b].reshape(full, b)[keep]
+        x[: full * b] = 0.0
+        x[: full * b].reshape(full, b)[keep] = saved
+    else:
+        x[: full * b].reshape(full, b)[absent] = 0.0
+    if len(present) > full and not present[full]:
+        x[full * b:] = 0.0
+
+
+def encode(head: np.ndarray, segments: list[Segment]) -> bytes:
+    """A sparse payload (``head``: an (n, width) table of u32-representable ints)."""
+    table = np.ascontiguousarray(head, dtype=np.int64).astype("<u4")
+    parts = [np.array([len(segments), len(table)], dtype="<u4").tobytes(), table.tobytes()]
+    for seg in segments:
+        bits = np.zeros(mask_words(len(seg.mask)) * 32, dtype=bool)
+        bits[: len(seg.mask)] = seg.mask
+        parts.append(np.array([seg.group, len(seg.mask)], dtype="<u4").tobytes())
+        parts.append(np.packbits(bits, bitorder="little").tobytes())
+        parts.append(np.ascontiguousarray(seg.values, dtype="<i4").tobytes())
+    return b"".join(parts)
+
+
+_PAIR = struct.Struct("<II")
+
+
+def decode(payload: memoryview | bytes, numel: int, b: int, width: int
+           ) -> tuple[np.ndarray, list[Segment]]:
+    """(head table as int64 (n, width), segments); ValueError if anything is inconsistent."""
+    data = memoryview(payload)
+    if len(data) < 8:
+        raise ValueError("sparse payload shorter than its header")
+    nseg, nhead = _PAIR.unpack_from(data, 0)
+    offset = 8 + 4 * width * nhead
+    if offset > len(data) or nseg > len(data):
+        raise ValueError("sparse head table runs past the payload")
+    head = np.frombuffer(data, dtype="<u4", count=width * nhead, offset=8).astype(np.int64)
+    head = head.reshape(nhead, width)
+    layout = []  # (group, blocks, mask offset, words)
+    for _ in range(nseg):
+        if offset + 8 > len(data):
+            raise ValueError("sparse segment header runs past the payload")
+        group, blocks = _PAIR.unpack_from(data, offset)
+        words = mask_words(blocks)
+        layout.append((group, blocks, offset + 8, words))
+        offset += 8 + 4 * words
+        if offset > len(data):
+            raise ValueError("sparse mask runs past the payload")
+        count = popcount(np.frombuffer(data, "<u4", count=words, offset=offset - 4 * words
+                                       ).reshape(1, -1))[0] * b
+        offset += 4 * int(count)
+        if offset > len(data):
+            raise ValueError("sparse values run past the payload")
+    if offset != len(data):
+        raise ValueError(f"sparse payload of {len(data)} bytes does not match its {nseg} "
+                         "segments")
+    segments, values_seen = [], 0
+    for group, blocks, moff, words in layout:
+        raw = np.frombuffer(data, dtype=np.uint8, count=4 * words, offset=moff)
+        mask = np.unpackbits(raw, bitorder="little")[:blocks].astype(bool)
+        count = int(mask.sum()) * b
+        values = np.frombuffer(data, dtype="<i4", count=count, offset=moff + 4 * words)
+        values_seen += count
+        segments.append(Segment(int(group), mask, values))
+    if values_seen != numel:
+        raise ValueError(f"sparse payload holds {values_seen} values, the header says {numel}")
+    return head, segments

@@ -1,0 +1,127 @@
+"""Sparse streaming aggregation: bit-identical to dense at threshold 0, for any pattern."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dlcomm.switch.dataplane import plan_round
+from dlcomm.switch.fakenet import NetConfig, aggregate
+from dlcomm.wire.sparse import (Segment, decode, encode, nonzero_blocks, pack_masks, popcount,
+                                zero_absent_blocks)
+
+
+def sparse_inputs(n, length, b, pattern, density, seed):
+    rng = np.random.default_rng(seed)
+    blocks = -(-length // b)
+    shared = rng.random(blocks) < density
+    xs = []
+    for w in range(n):
+        x = rng.standard_normal(length).astype(np.float32)
+        keep = {"shared": shared, "independent": rng.random(blocks) < density,
+                "disjoint": (np.arange(blocks) % n == w) & shared,
+                "zeros": np.zeros(blocks, bool),
+                "one": np.arange(blocks) == (blocks - 1 if w == 0 else -1)}[pattern]
+        mask = np.repeat(keep, b)[:length]
+        x[~mask] = 0.0
+        if pattern == "one" and w == 0 and length:
+            x[:] = 0.0
+            x[length - 1] = 1.5  # a single non-zero element, in the (partial) last block
+        xs.append(x)
+    return xs
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 5), length=st.integers(0, 5000), b=st.sampled_from([4, 32, 64]),
+       m=st.integers(1, 6), window=st.integers(1, 5),
+       pattern=st.sampled_from(["shared", "independent", "disjoint", "zeros", "one"]),
+       density=st.sampled_from([0.01, 0.1, 0.5, 1.0]), loss=st.sampled_from([0, 0.1]),
+       seed=st.integers(0, 99))
+def test_sparse_equals_dense_bit_for_bit(n, length, b, m, window, pattern, density, loss, seed):
+    k = m * b
+    xs = sparse_inputs(n, length, b, pattern, density, seed)
+    dense = aggregate(xs, k, window)
+    sparse = aggregate(xs, k, window, sparse_block=b,
+                       net=NetConfig(loss=loss, duplicate=loss / 2, jitter_s=1e-3, seed=seed))
+    assert dense.errors == sparse.errors == [None] * n
+    for d, s in zip(dense.outputs, sparse.outputs):
+        assert d.tobytes() == s.tobytes()
+
+
+def test_sparse_moves_only_the_blocks_with_data():
+    xs = sparse_inputs(4, 200_000, 64, "shared", 0.02, 1)
+    dense = aggregate(xs, 64 * 62, 8)
+    sparse = aggregate(xs, 64 * 62, 8, sparse_block=64)
+    sent = {name: res.net.bytes_sent[("10.0.0.1", 7000)] for name, res in
+            (("dense", dense), ("sparse", sparse))}
+    assert sent["sparse"] < 0.1 * sent["dense"]
+
+
+def test_negative_zero_and_threshold():
+    x = np.array([0.0, -0.0, 0.0, 0.0, 1e-3, 0.0, 0.0, 0.0, 2.0, 0, 0, 0], np.float32)
+    assert nonzero_blocks(x, 4).tolist() == [False, True, True]
+    y = np.array([-0.0, 1e-3, 0, 0, 5.0, 0, 0, 0], np.float32)
+    keep = np.array([False, True])
+    zero_absent_blocks(y, keep, 4)
+    assert y.tobytes() == np.array([0, 0, 0, 0, 5.0, 0, 0, 0], np.float32).tobytes()
+    xs = [np.array([1e-3] * 4 + [3.0] * 4, np.float32)] * 2
+    res = aggregate(xs, 8, 2, sparse_block=4, threshold=0.01)  # small blocks are dropped
+    assert res.outputs[0].tolist() == [0.0] * 4 + [6.0] * 4
+
+
+def test_nan_in_a_sparse_block_fails_everyone():
+    xs = sparse_inputs(3, 4000, 32, "shared", 0.3, 2)
+    xs[2][1000] = np.nan
+    res = aggregate(xs, 32 * 4, 3, sparse_block=32)
+    assert all(e and "NaN or Inf" in e for e in res.errors)
+
+
+def test_payload_round_trip_and_rejects():
+    segs = [Segment(3, np.array([True, False, True]), np.arange(8, dtype=np.int32)),
+            Segment(9, np.array([False, True, False]), np.arange(4, dtype=np.int32))]
+    head = np.array([[12, -5, 7, 0], [15, 3, 1, 0]])
+    data = encode(head, segs)
+    back, got = decode(data, 12, 4, 4)
+    assert back.tolist() == [[12, 2**32 - 5, 7, 0], [15, 3, 1, 0]]
+    assert [(s.group, s.mask.tolist(), s.values.tolist()) for s in got] == \
+        [(s.group, s.mask.tolist(), s.values.tolist()) for s in segs]
+    for broken in (data[:-4], data + b"\0\0\0\0", data[:6]):
+        with pytest.raises(ValueError):
+            decode(broken, 12, 4, 4)
+    with pytest.raises(ValueError):
+        decode(data, 13, 4, 4)  # header disagrees with the values
+
+
+def look(rows, m):
+    groups = np.array([r[0] for r in rows], dtype=np.int64)
+    masks = np.array([r[2] for r in rows], dtype=bool).reshape(len(rows), m)
+    return np.concatenate([groups[:, None], np.array([[r[1]] for r in rows], np.int64),
+                           pack_masks(masks)], axis=1) if rows else np.zeros((0, 3), np.int64)
+
+
+def test_plan_round_respects_capacity_union_and_lookahead():
+    m = 4
+    a = look([(0, 1, [1, 0, 0, 0]), (8, 2, [1, 1, 0, 0]), (16, 0, [1, 1, 1, 0])], m)
+    b = look([(8, 5, [1, 0, 0, 0]), (24, 1, [0, 0, 0, 1])], m)
+    groups, exps, who, run = plan_round([a, b], capacity=4, lookahead=8)
+    # union blocks: group 0 -> 1, group 8 -> 2, group 16 -> 3: 0 and 8 fit in 4 blocks
+    assert groups.tolist() == [0, 8] and exps.tolist() == [1, 5] and who == 0b11 and not run
+    groups, _, who, _ = plan_round([a, b], capacity=4, lookahead=2)  # b's list is full:
+    assert groups.tolist() == [0, 8]                              # nothing beyond group 24
+    groups, _, who, _ = plan_round([a, look([], m)], capacity=1, lookahead=8)
+    assert groups.tolist() == [0] and who == 0b01   # at least one group, even if big
+    assert plan_round([look([], m)] * 2, 4, 8)[0].tolist() == []
+
+
+def test_plan_round_finds_dense_runs():
+    m = 2
+    full = [(g, g, [1, 1]) for g in (3, 6, 9)]
+    groups, exps, who, run = plan_round([look(full, m), look(full, m)], capacity=2, lookahead=8)
+    assert run and groups.tolist() == [3, 6, 9] and who == 0b11
+    partial = [(3, 0, [1, 1]), (6, 0, [1, 0])]
+    assert not plan_round([look(full, m), look(partial, m)], 2, 8)[3]
+
+
+def test_popcount():
+    words = np.array([[0, 0], [1, 0], [0xFFFFFFFF, 3]], dtype=np.int64)
+    assert popcount(words).tolist() == [0, 1, 34]
