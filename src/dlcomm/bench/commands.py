@@ -93,3 +93,49 @@ def bench_fidelity(worker_counts: str, sizes: str, bandwidth: str, workload: str
     s = result["summary"]
     click.echo(f"worst ring/bound {s['worst_time_over_bound']:.3f}; spread across K "
                f"{s['dilation_spread']:.1%}")
+
+
+@bench.command("sync")
+@click.option("--sync", "syncs", default=None,
+              help="Comma-separated --sync specs, run one after another (default: bsp, hop, "
+                   "hop with 1 backup, hop with skipping, prague with each generator and "
+                   "through the switch, adpsgd).")
+@click.option("--straggler", "scenarios", default="none,3:4,random:p=0.1,x=4",
+              show_default=True, help="Comma-separated scenarios: none, RANK:FACTOR, "
+                                      "random:p=P,x=FACTOR.")
+@click.option("--workers", type=int, default=8, show_default=True)
+@click.option("--workload", default="digits-cnn", show_default=True)
+@click.option("--compute-ms", type=float, default=30.0, show_default=True,
+              help="Emulated compute per step, so that compute dominates on few cores.")
+@click.option("--epochs", type=int, default=6, show_default=True)
+@click.option("--eval-every", type=int, default=2, show_default=True,
+              help="Evaluate every N (mean) steps.")
+@click.option("--target", type=float, default=0.95, show_default=True,
+              help="Target test accuracy for time-to-target.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--timeout-s", type=float, default=120.0, show_default=True)
+@click.option("--json", "json_path", help="Write the JSON result here.")
+@click.option("--plot", help="Write a PNG of accuracy over wall time here.")
+@network_options
+def bench_sync(syncs: str | None, scenarios: str, workers: int, workload: str,
+               compute_ms: float, epochs: int, eval_every: int, target: float, seed: int,
+               timeout_s: float, json_path: str | None, plot: str | None, **net: Any) -> None:
+    """Time to target accuracy of sync protocols, homogeneous and with stragglers."""
+    from dlcomm.bench.sync import (DEFAULT_SYNCS, SyncBench, plot_sync, print_sync_table,
+                                   run_sync_bench)
+    from dlcomm.emulate.network import NetworkOptions
+    from dlcomm.results import check_writable, write_json
+
+    cfg = SyncBench(tuple(split_specs(syncs)) if syncs else DEFAULT_SYNCS,
+                    tuple(split_specs(scenarios)), workers, workload, compute_ms, epochs,
+                    eval_every, target, seed, timeout_s)
+    net_opts = NetworkOptions(net["network"] or "loopback", net["bandwidth"],
+                              net["topology"] or "star", net["cluster"])
+    check_writable(json_path, "--json")
+    check_writable(plot, "--plot")
+    result = run_sync_bench(cfg, net_opts, progress=lambda msg: click.echo(msg, err=True))
+    if json_path:
+        write_json(json_path, result)
+    if plot:
+        plot_sync(result, plot)
+    print_sync_table(result, json_path)

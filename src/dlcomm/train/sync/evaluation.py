@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from dlcomm.train.runtime import WorkerEnv
-from dlcomm.train.sync.local import Learner, Recorder
+from dlcomm.train.sync.local import Learner, Recorder, wait_until_all_finished
 from dlcomm.train.trainer import WorkerReport, evaluate
 from dlcomm.workloads import finish_metrics
 
@@ -62,11 +62,17 @@ def evaluate_own(model: torch.nn.Module, learner: Learner) -> dict[str, float]:
     return finish_metrics(workload.metric, sums)
 
 
+def report_name(recorder: Recorder) -> str:
+    return recorder.report.protocol.partition(":")[0] or "sync"
+
+
 def finish_run(learner: Learner, recorder: Recorder, env: WorkerEnv
                ) -> list[WorkerReport] | None:
     """Evaluate the consensus model over time and gather every report on rank 0.
 
-    Every worker must call this after it has stopped training (it is a collective)."""
+    Every worker must call this after it has stopped training (it is a collective, entered
+    once every worker has said it finished)."""
+    wait_until_all_finished(env, learner.cfg.timeout_s, report_name(recorder))
     report = recorder.report
     timeline: dict[str, Any] = {"steps": [s.time_s for s in report.steps],
                                 "end": report.end_time_s, "total": learner.steps}

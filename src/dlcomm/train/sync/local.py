@@ -8,6 +8,7 @@ and backward, so that every protocol sees the same heterogeneity.
 
 from __future__ import annotations
 
+import datetime
 import random
 import time
 from typing import Any, Iterator
@@ -17,7 +18,7 @@ import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from torch.utils.data import DataLoader, DistributedSampler
 
-from dlcomm.errors import ConfigError
+from dlcomm.errors import ConfigError, ExchangeTimeout
 from dlcomm.train.config import TrainConfig, parse_fault
 from dlcomm.train.hetero import parse_straggler, slowdown, step_delay
 from dlcomm.train.runtime import WorkerEnv
@@ -25,7 +26,34 @@ from dlcomm.train.sync.report import SyncReport
 from dlcomm.train.trainer import StepRecord, _inject, _make_optimizer, _Progress
 from dlcomm.workloads import Workload
 
-__all__ = ["Learner", "Recorder"]
+__all__ = ["Learner", "Recorder", "job_store", "wait_until_all_finished"]
+
+
+def job_store(env: WorkerEnv, timeout_s: float) -> dist.TCPStore:
+    """A client of the job's env:// store (MASTER_ADDR:MASTER_PORT)."""
+    return dist.TCPStore(env.master_addr, env.master_port, is_master=False,
+                         timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def wait_until_all_finished(env: WorkerEnv, timeout_s: float, what: str) -> None:
+    """Say this worker has finished training; wait until every worker has.
+
+    Asynchronous workers end at different times; the collectives that follow (evaluation,
+    gathering reports) would otherwise fail with a message that names nobody. Here a
+    worker that never finishes (hung, or far slower) is named."""
+    store = job_store(env, timeout_s)
+    store.set(f"dlcomm-sync/finished/{env.rank}", "1")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        missing = [r for r in range(env.world_size)
+                   if not store.check([f"dlcomm-sync/finished/{r}"])]
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise ExchangeTimeout(f"{what}: rank {env.rank} waited {timeout_s:g} s for "
+                                  f"rank(s) {missing} to finish training (hung, or far "
+                                  "slower than the others)")
+        time.sleep(0.02)
 
 
 class Learner:

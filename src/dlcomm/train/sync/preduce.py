@@ -29,6 +29,7 @@ from dlcomm.exchange.base import Exchange
 from dlcomm.exchange.ring import ring_bytes_per_worker
 from dlcomm.registry import parse_spec
 from dlcomm.train.runtime import WorkerEnv
+from dlcomm.train.sync.local import job_store
 
 __all__ = ["PartialAllReduce", "GlooGroups", "SwitchGroups"]
 
@@ -59,8 +60,7 @@ class GlooGroups(PartialAllReduce):
         super().__init__()
         self.rank = env.rank
         self.timeout = datetime.timedelta(seconds=timeout_s)
-        self.store = dist.TCPStore(env.master_addr, env.master_port, is_master=False,
-                                   timeout=self.timeout)
+        self.store = job_store(env, timeout_s)
         self.groups: dict[tuple[int, ...], Any] = {}
 
     def _group(self, members: tuple[int, ...]) -> Any:

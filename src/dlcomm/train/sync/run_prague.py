@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from dlcomm.train.config import TrainConfig
 from dlcomm.train.runtime import WorkerEnv
-from dlcomm.train.sync.local import Learner, Recorder
+from dlcomm.train.sync.local import Learner, Recorder, wait_until_all_finished
 from dlcomm.train.sync.preduce import GlooGroups, PartialAllReduce, SwitchGroups
 from dlcomm.train.sync.prague import StaticSchedule, make_generator
 from dlcomm.train.sync.service import GroupClient, GroupService, reachable_address
@@ -70,7 +70,7 @@ def run_prague(cfg: TrainConfig, env: WorkerEnv, learner: Learner, recorder: Rec
                 if learner.steps < learner.total:
                     break
             recorder.step(learner, loss, t0, recorder.now() - t_wait, preduce.counters())
-        dist.barrier()  # everyone has had its stop: the GG may go
+        wait_until_all_finished(env, cfg.timeout_s, "prague")  # all stopped: the GG may go
     finally:
         client.close()
         preduce.close()
