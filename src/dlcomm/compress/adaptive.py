@@ -1,0 +1,320 @@
+"""``adaptive``: choose the compression of every bucket from the measured network and overlap.
+
+Candidates, from lossless to most lossy: ``none``, ``fp16``, ``powersgd`` (rank r) and
+``topk`` (ratio k), all with error feedback (residual memory unless ``--memory`` names
+another). The model (REFERENCES.md section 3: compression pays only where communication is
+exposed and the network slow):
+
+1. measure, per collective, (bytes this worker sent, seconds); the latency alpha is the
+   median time of recent tiny collectives (< 4 KiB, including the small all-reduce of
+   step 6), the bandwidth B the median of bytes / (seconds - alpha) over the last 5 large
+   ones (>= 64 KiB) of the last 3 probe periods (a transfer no slower than alpha means the
+   network is not what limits it: B is then taken as 20 x bytes / seconds);
+2. measure, per bucket, when it was handed over (offset s_b after the first bucket), and per
+   bucket and method the compression + decompression seconds C and the bytes sent W
+   (first from one timed trial on random data, then from real calls); a method's cost for a
+   bucket is T = C + f_m (rounds * alpha + W / B), where f_m (1 at first) is the ratio of
+   the method's measured to its modelled collective time (gloo sums float16 on CPUs far
+   slower than float32, for instance; only measurement tells);
+3. the exchange thread runs buckets in order, so an assignment's *exposed* time (what
+   backward waits after its last bucket; the trainer's comm wait) is simulated as
+   t_b = max(s_b, t_(b-1)) + T_b, exposed = t_last - s_last; communication that fits before
+   the last hand-over is hidden behind compute and gains nothing from compression;
+4. greedy from all-``none``: repeatedly apply the single (bucket, more lossy method) change
+   that lowers the exposed time most, while it lowers it by more than 5% and 0.2 ms;
+5. hysteresis: switch to the proposal only if it beats the current assignment's predicted
+   exposed time by more than ``margin`` (10%) of the iteration time (measured between the
+   first hand-overs of consecutive iterations) and ``min_gain_ms``, and was proposed at two
+   decisions in a row; then verify by measurement: if over the next ``every`` iterations
+   the median measured exposed time is not below the median before the switch by at least
+   margin / 2, revert, and do not try those (bucket, method) pairs for 4 probe periods
+   (the model can be wrong; the measurement decides);
+6. every worker averages its measurements with the others (one small all-reduce) before
+   deciding, so all take the same decision; decisions every ``every`` iterations;
+7. every ``probe`` iterations one iteration runs uncompressed to re-measure the bandwidth
+   (compressed payloads are too small to tell a link's rate).
+
+On a fast network W / B is small next to C, step 4 finds no gain and every bucket stays
+``none``. The choices, measurements and decisions of every step are in the exchange's stats.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from typing import Any, Callable
+
+import torch
+
+from dlcomm.compress.base import Compressor
+from dlcomm.compress.exchange import STABLE_ITERATION, CallRecord, Policy
+from dlcomm.compress.fp16 import HalfCompressor
+from dlcomm.compress.none import NoCompression
+from dlcomm.compress.powersgd import PowerSGD
+from dlcomm.compress.topk import TopK
+
+__all__ = ["AdaptivePolicy", "simulate_exposed", "greedy_assignment"]
+
+TINY_BYTES = 4 * 1024
+LARGE_BYTES = 64 * 1024
+DEFAULT_ALPHA_S = 2e-4
+MAX_STEPS_LOGGED = 20_000
+LOSSINESS = ("none", "fp16", "powersgd", "topk")
+
+
+def simulate_exposed(offsets: list[float], costs: list[float]) -> float:
+    """Time from the last hand-over until the last bucket is done (buckets run in order)."""
+    t = 0.0
+    for s, c in zip(offsets, costs):
+        t = max(s, t) + c
+    return max(0.0, t - max(offsets, default=0.0))
+
+
+def greedy_assignment(offsets: list[float], cost: list[dict[str, float]],
+                      rel: float = 0.05, abs_s: float = 2e-4) -> list[str]:
+    """Step 4: from all-none, apply the best single change while it clearly helps."""
+    choice = ["none"] * len(offsets)
+    best = simulate_exposed(offsets, [c["none"] for c in cost])
+    while True:
+        options = []
+        for b, c in enumerate(cost):
+            for m in LOSSINESS[LOSSINESS.index(choice[b]) + 1:]:
+                if m in c:
+                    trial = choice[:b] + [m] + choice[b + 1:]
+                    options.append((simulate_exposed(offsets, [cost[i][trial[i]]
+                                                               for i in range(len(cost))]),
+                                    LOSSINESS.index(m), b, m))
+        if not options:
+            return choice
+        exposed, _, b, m = min(options)
+        if exposed >= best - max(rel * best, abs_s):
+            return choice
+        choice[b], best = m, exposed
+
+
+class AdaptivePolicy(Policy):
+    """Per-bucket choice among none / fp16 / powersgd / topk (module docstring)."""
+
+    def __init__(self, world: int, native: bool, agree: Callable[[list[float]], list[float]],
+                 every: int = 5, probe: int = 20, margin: float = 0.1, min_gain_ms: float = 1.0,
+                 ratio: float = 0.01, rank: int = 4) -> None:
+        self.world, self.native, self.agree = world, native, agree
+        self.every, self.probe, self.margin = every, probe, margin
+        self.min_gain_s = min_gain_ms / 1e3
+        self.ratio, self.rank = ratio, rank
+        self.methods: dict[str, Compressor] = {
+            "none": NoCompression(), "fp16": HalfCompressor(torch.float16),
+            "powersgd": PowerSGD(rank, start=0), "topk": TopK(ratio)}
+        self.assignment: dict[str, str] = {}
+        self.proposal: dict[str, str] | None = None
+        self.order: list[str] = []            # bucket names in hand-over order
+        self.offsets: dict[str, float] = {}   # s_b (EMA)
+        self.compute: dict[str, dict[str, float]] = {}
+        self.wire: dict[str, dict[str, float]] = {}
+        self.rounds: dict[str, float] = {"none": 1, "fp16": 1, "powersgd": 2, "topk": 2}
+        self.factor: dict[str, float] = {m: 1.0 for m in LOSSINESS}
+        self.iteration_s = 0.0
+        self.durations: list[float] = []
+        self._first_submit = 0.0
+        self.samples: list[tuple[int, int, float]] = []   # (iteration, bytes, seconds)
+        self.latencies: list[float] = []                    # tiny collectives (seconds)
+        self.alpha, self.bandwidth = DEFAULT_ALPHA_S, math.inf
+        self.current: list[CallRecord] = []
+        self.iteration = -1
+        self.steps: list[dict[str, Any]] = []
+        self.decisions: list[dict[str, Any]] = []
+        self.exposures: list[tuple[int, float, bool]] = []  # (iteration, exposed s, probe)
+        self.trial: dict[str, Any] | None = None            # a switch being verified
+        self.banned: dict[tuple[str, str], int] = {}        # (bucket, method) -> until
+
+    # -- the Policy interface ---------------------------------------------------------------
+
+    def compressors(self) -> list[Compressor]:
+        return list(self.methods.values())
+
+    def choose(self, name: str, numel: int, iteration: int) -> Compressor:
+        if iteration != self.iteration:
+            self._next_iteration(iteration)
+        if name not in self.compute and iteration >= STABLE_ITERATION:
+            self._calibrate(name, numel)
+        if self._probing(iteration) or self.world == 1:
+            return self.methods["none"]
+        return self.methods[self.assignment.get(name, "none")]
+
+    def observe(self, record: CallRecord) -> None:
+        self.current.append(record)
+        for nbytes, seconds in record.collectives:
+            if nbytes < TINY_BYTES:
+                self.latencies.append(seconds)
+            elif nbytes >= LARGE_BYTES:
+                self.samples.append((record.iteration, nbytes, seconds))
+        del self.samples[:-64]
+        del self.latencies[:-16]
+        if record.iteration >= STABLE_ITERATION:
+            m = record.method
+            ema(self.compute.setdefault(record.name, {}), m, record.compute_s)
+            ema(self.wire.setdefault(record.name, {}), m, record.wire_bytes)
+            self.rounds[m] = len(record.collectives) or self.rounds[m]
+            modelled = self.rounds[m] * self.alpha + record.wire_bytes / self.bandwidth
+            if m != "none" and modelled > 0 and not self._probing(record.iteration):
+                ratio = min(20.0, max(0.25, record.comm_s / modelled))
+                ema(self.factor, m, ratio, weight=0.3)
+
+    def stats(self) -> dict[str, Any]:
+        return {"adaptive": {"candidates": list(self.methods), "every": self.every,
+                             "probe": self.probe, "margin": self.margin,
+                             "assignment": dict(self.assignment),
+                             "steps": self.steps, "decisions": self.decisions}}
+
+    # -- per iteration ------------------------------------------------------------------------
+
+    def _probing(self, iteration: int) -> bool:
+        return iteration <= STABLE_ITERATION or (
+            self.probe > 0 and (iteration - STABLE_ITERATION) % self.probe == 0)
+
+    def _next_iteration(self, iteration: int) -> None:
+        if self.current:
+            self._finish(self.current)
+        self.current = []
+        self.iteration = iteration
+        due = iteration > STABLE_ITERATION and ((iteration - STABLE_ITERATION) % self.every == 0
+                                                or self._probing(iteration - 1))
+        if due and self.order and self.world > 1:
+            self._decide(iteration)
+
+    def _finish(self, records: list[CallRecord]) -> None:
+        first = min(r.submitted for r in records)
+        last = max(r.submitted for r in records)
+        exposed = max(0.0, max(r.finished for r in records) - last)
+        busy = sum(r.finished - r.started for r in records)
+        if self._first_submit:  # median: evaluations make rare long gaps
+            self.durations = (self.durations + [first - self._first_submit])[-9:]
+            self.iteration_s = statistics.median(self.durations)
+        self._first_submit = first
+        if records[0].iteration >= STABLE_ITERATION:
+            self.order = [r.name for r in records]
+            for r in records:
+                ema(self.offsets, r.name, r.submitted - first)
+        self._estimate_network()
+        it = records[0].iteration
+        self.exposures.append((it, exposed, self._probing(it)))
+        del self.exposures[:-4 * max(self.probe, self.every, 8)]
+        if len(self.steps) < MAX_STEPS_LOGGED:
+            self.steps.append({
+                "iteration": records[0].iteration, "probe": self._probing(records[0].iteration),
+                "methods": {r.name: r.method for r in records},
+                "exposed_s": exposed, "busy_s": busy,
+                "hidden_share": 1 - exposed / busy if busy > 0 else None,
+                "bandwidth_Bps": self.bandwidth if math.isfinite(self.bandwidth) else None,
+                "latency_s": self.alpha})
+
+    def _estimate_network(self) -> None:
+        if self.latencies:
+            self.alpha = statistics.median(self.latencies)
+        oldest = self.iteration - 3 * max(self.probe, self.every)
+        recent = [(b, s) for i, b, s in self.samples if i >= oldest][-5:]
+        if recent:
+            self.bandwidth = statistics.median(b / max(s - self.alpha, 0.05 * s)
+                                               for b, s in recent)
+
+    def _calibrate(self, name: str, numel: int) -> None:
+        """One timed trial of every candidate on random data of the bucket's size."""
+        x = torch.randn(numel)
+        fresh = {"none": NoCompression(), "fp16": HalfCompressor(torch.float16),
+                 "powersgd": PowerSGD(self.rank, start=0), "topk": TopK(self.ratio)}
+        times, sizes = {}, {}
+        for m, c in fresh.items():
+            t0 = time.perf_counter()
+            payload, ctx = c.compress(x, "calibration")
+            c.decompress(payload, ctx)
+            times[m] = time.perf_counter() - t0 if m != "none" else 0.0
+            sizes[m] = sum(t.numel() * t.element_size() for t in payload)
+        self.compute[name] = times
+        n = self.world
+        ring = 2 * (n - 1) / n if n > 1 else 0.0
+        self.wire[name] = {
+            "none": ring * sizes["none"],
+            "fp16": ring * (sizes["fp16"] if self.native else sizes["none"]),
+            "powersgd": ring * sizes["powersgd"],
+            "topk": (n - 1) * (sizes["topk"] + 16)}
+
+    def _measured(self, first: int, last: int) -> float:
+        """Median exposed time of the non-probe iterations in [first, last) (-1: none)."""
+        values = [e for i, e, probe in self.exposures if first <= i < last and not probe]
+        return statistics.median(values) if values else -1.0
+
+    def _decide(self, iteration: int) -> None:
+        names = self.order
+        if not self.latencies:  # one tiny all-reduce first: the latency alpha
+            t0 = time.perf_counter()
+            self.agree([0.0])
+            self.latencies.append(time.perf_counter() - t0)
+        trial = self.trial
+        verify = trial is not None and iteration >= trial["since"] + self.every
+        mine = [self.alpha, 1 / self.bandwidth if math.isfinite(self.bandwidth) else 0.0,
+                trial["before"] if verify else -1.0,
+                self._measured(trial["since"], iteration) if verify else -1.0,
+                self.iteration_s]
+        mine += [self.factor[m] for m in LOSSINESS]
+        mine += [self.offsets.get(n, 0.0) for n in names]
+        mine += [self.compute.get(n, {}).get(m, -1.0) for n in names for m in LOSSINESS]
+        mine += [self.wire.get(n, {}).get(m, -1.0) for n in names for m in LOSSINESS]
+        t0 = time.perf_counter()
+        agreed = self.agree(mine)                   # the same numbers on every worker
+        self.latencies.append(time.perf_counter() - t0)
+        alpha, inv_b, before, after, iteration_s = agreed[:5]
+        factor = dict(zip(LOSSINESS, agreed[5:9]))
+        agreed = agreed[9:]
+        if verify and trial is not None:            # step 5: did the switch pay, measured?
+            self.trial = None
+            if before > 0 and after > 0 and after > before * (1 - self.margin / 2):
+                for name, method in self.assignment.items():
+                    if method != trial["previous"].get(name, "none"):
+                        self.banned[(name, method)] = iteration + 4 * max(self.probe,
+                                                                          self.every)
+                self.assignment = dict(trial["previous"])
+                self.proposal = None
+                self.decisions.append({"iteration": iteration, "reverted": True,
+                                       "measured_exposed_s": {"before": before,
+                                                              "after": after}})
+                return
+        if inv_b <= 0:
+            return
+        k = len(names)
+        offsets = agreed[:k]
+        comp = agreed[k:5 * k]
+        wire = agreed[5 * k:9 * k]
+        cost = []
+        for b in range(k):
+            row = {}
+            for j, m in enumerate(LOSSINESS):
+                c, w = comp[4 * b + j], wire[4 * b + j]
+                banned = self.banned.get((names[b], m), -1) > iteration
+                if c >= 0 and w >= 0 and (not banned or m == "none"):
+                    row[m] = c + factor[m] * (self.rounds[m] * alpha + w * inv_b)
+            cost.append(row)
+        proposal = greedy_assignment(offsets, cost)
+        current = [self.assignment.get(n, "none") for n in names]
+        now_s = simulate_exposed(offsets, [cost[b].get(current[b], math.inf)
+                                           for b in range(k)])
+        new_s = simulate_exposed(offsets, [cost[b][proposal[b]] for b in range(k)])
+        better = not math.isfinite(now_s) or new_s < now_s - max(
+            self.margin * max(iteration_s, now_s), self.min_gain_s)
+        chosen = dict(zip(names, proposal))
+        switch = better and self.proposal == chosen
+        self.proposal = chosen if better else None
+        if switch:
+            self.trial = {"since": iteration, "previous": dict(self.assignment),
+                          "before": self._measured(iteration - 2 * self.every, iteration)}
+            self.assignment = chosen
+        self.decisions.append({"iteration": iteration, "proposal": chosen,
+                               "predicted_exposed_s": {"current": now_s, "proposal": new_s},
+                               "bandwidth_Bps": 1 / inv_b, "latency_s": alpha,
+                               "iteration_s": iteration_s, "factors": factor,
+                               "switched": switch})
+
+
+def ema(store: dict[str, float], key: str, value: float, weight: float = 0.5) -> None:
+    """Exponential moving average in place (the first value is taken as is)."""
+    store[key] = value if key not in store else (1 - weight) * store[key] + weight * value

@@ -1,0 +1,87 @@
+"""All-gather of variable-size payloads without padding (for non-summable compressors).
+
+torch.distributed's gloo all-gather wants equal sizes, so padding every payload to the
+largest one (what GRACE's allgather does) sends max/mean times the bytes needed. Instead:
+
+1. the payload tensors are laid out as raw bytes: a header of one int64 element count per
+   tensor, then each tensor's bytes (their dtypes are the compressor's, known to every peer),
+   each padded to a multiple of 8 bytes so that every tensor can be viewed in place;
+2. the workers all-gather their byte counts (one int64 each);
+3. one ``all_to_all_single`` moves exactly each worker's bytes to every other worker
+   (input: my bytes once per peer; output: the peers' bytes back to back).
+
+Bytes a worker sends: (n - 1) x its payload; receives: the sum of the peers' payloads --
+the same as a ring all-gather of exact sizes.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+
+from dlcomm.compress.base import Payload
+
+__all__ = ["encode_payload", "decode_payload", "allgather_bytes", "GatherCount"]
+
+
+def encode_payload(payload: Payload) -> torch.Tensor:
+    """The payload as one uint8 tensor: int64 counts, then every tensor's raw bytes."""
+    header = torch.tensor([t.numel() for t in payload], dtype=torch.int64)
+    parts = [header.view(torch.uint8)]
+    for t in payload:
+        raw = t.contiguous().reshape(-1).view(torch.uint8)
+        parts.append(raw)
+        if raw.numel() % 8:
+            parts.append(torch.zeros(8 - raw.numel() % 8, dtype=torch.uint8))
+    return torch.cat(parts)
+
+
+def decode_payload(buf: torch.Tensor, like: Payload) -> Payload:
+    """Inverse of :func:`encode_payload`; ``like`` gives the dtypes (a local payload)."""
+    count = len(like)
+    header = buf[:8 * count].view(torch.int64)
+    out, at = [], 8 * count
+    for t, numel in zip(like, header.tolist()):
+        nbytes = int(numel) * t.element_size()
+        out.append(buf[at:at + nbytes].view(t.dtype))
+        at += -(-nbytes // 8) * 8
+    return out
+
+
+class GatherCount:
+    """Bytes moved by :func:`allgather_bytes` (this worker's view)."""
+
+    def __init__(self) -> None:
+        self.data_sent = self.data_received = self.control_bytes = 0
+        self.sizes_s = 0.0  # seconds of the last size exchange (a latency sample)
+
+
+def allgather_bytes(buf: torch.Tensor, rank: int, world: int,
+                    group: dist.ProcessGroup | None, count: GatherCount) -> list[torch.Tensor]:
+    """Every worker's ``buf`` (uint8, any length), in rank order; no padding."""
+    if world == 1:
+        return [buf]
+    size = torch.tensor([buf.numel()], dtype=torch.int64)
+    sizes_t = [torch.empty(1, dtype=torch.int64) for _ in range(world)]
+    t0 = time.perf_counter()
+    dist.all_gather(sizes_t, size, group=group)                       # step 2
+    count.sizes_s = time.perf_counter() - t0
+    sizes = [int(s[0]) for s in sizes_t]
+    count.control_bytes += 8 * (world - 1)
+    send_splits = [0 if r == rank else buf.numel() for r in range(world)]
+    recv_splits = [0 if r == rank else sizes[r] for r in range(world)]
+    out = torch.empty(sum(recv_splits), dtype=torch.uint8)
+    dist.all_to_all_single(out, buf.repeat(world - 1), output_split_sizes=recv_splits,
+                           input_split_sizes=send_splits, group=group)  # step 3
+    count.data_sent += buf.numel() * (world - 1)
+    count.data_received += sum(recv_splits)
+    pieces, at = [], 0
+    for r in range(world):
+        if r == rank:
+            pieces.append(buf)
+        else:
+            pieces.append(out[at:at + sizes[r]])
+            at += sizes[r]
+    return pieces

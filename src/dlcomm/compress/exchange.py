@@ -1,0 +1,380 @@
+"""``compressed``: any exchange wrapped with a Compressor and a Memory (error feedback).
+
+``CompressedExchange.allreduce(flat, key)`` keeps the sum semantics of every exchange (the
+DDP hook divides by the world size afterwards). One call, on the exchange's own thread (so
+compression overlaps backward, and every worker issues its collectives in bucket order):
+
+1. p = memory.compensate(flat) (skipped in iterations 0 and 1, whose DDP buckets are not
+   final, and while a method warms up uncompressed);
+2. by the method's flags:
+   - summable: run its rounds (sans-I/O generator, base.py); each "sum" round goes through
+     the inner exchange's all-reduce in its wire form: float32 as is; float16/bfloat16 as
+     such where the inner exchange sums them natively (the ring), else as exact float32
+     values; integer levels packed several to a word (packing.py): int32 words on the ring,
+     float32 words below 2^24 on float-only exchanges such as the aggregation switch;
+     a "max" round (an agreed scale) is one small torch.distributed all-reduce;
+   - sparse, and the inner exchange is sparse (``sparse = True``, e.g. a sparse switch):
+     the decompressed tensor, zeros included, is summed by the inner exchange;
+   - otherwise: all-gather of the exact payload bytes (allgather.py) and accumulation of
+     the peers' decompressed payloads into one tensor (sum, or majority vote of signs);
+3. memory.update(p, local, average); the sum is written into ``flat``.
+
+Bytes: the inner exchange's own counts for what went through it (measured on the switch,
+modelled on the ring), plus this wrapper's exact payload counts for all-gathers and small
+control all-reduces (modelled, from the algorithm).
+"""
+
+from __future__ import annotations
+
+import abc
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from dlcomm.compress.allgather import GatherCount, allgather_bytes, decode_payload, encode_payload
+from dlcomm.compress.base import Compressor, Memory, Outcome, Protocol, Round
+from dlcomm.compress.packing import lanes_per_word, pack_lanes, unpack_lane_sums
+from dlcomm.errors import ConfigError, ExchangeError
+from dlcomm.exchange.base import Exchange, ExchangeContext, ExchangeStats
+from dlcomm.exchange.ring import RingExchange, ring_bytes_per_worker
+
+__all__ = ["CompressedExchange", "Policy", "FixedPolicy", "CallRecord", "STABLE_ITERATION",
+           "sums_natively", "check_world"]
+
+STABLE_ITERATION = 2  # DDP rebuilds buckets after iteration 0: keyed state from here on
+
+
+@dataclass
+class CallRecord:
+    """What one compressed all-reduce cost on this worker (for stats and the adaptive policy)."""
+
+    name: str
+    numel: int
+    iteration: int
+    method: str
+    submitted: float = 0.0
+    started: float = 0.0
+    finished: float = 0.0
+    comm_s: float = 0.0            # inside collectives
+    memory_s: float = 0.0          # error feedback (the same for every method)
+    wire_bytes: int = 0            # sent by this worker for this call
+    collectives: list[tuple[int, float]] = field(default_factory=list)  # (bytes, seconds)
+
+    @property
+    def compute_s(self) -> float:
+        """Compression and decompression: the rest of the call's time."""
+        return max(0.0, self.finished - self.started - self.comm_s - self.memory_s)
+
+
+class Policy(abc.ABC):
+    """Which compressor handles a tensor; told what each call cost."""
+
+    @abc.abstractmethod
+    def choose(self, name: str, numel: int, iteration: int) -> Compressor:
+        """The compressor for this call (the same on every worker)."""
+
+    def observe(self, record: CallRecord) -> None:
+        """Learn from a finished call."""
+
+    @abc.abstractmethod
+    def compressors(self) -> list[Compressor]:
+        """Every compressor this policy may choose."""
+
+    def stats(self) -> dict[str, Any]:
+        return {}
+
+
+class FixedPolicy(Policy):
+    def __init__(self, compressor: Compressor) -> None:
+        self.compressor = compressor
+
+    def choose(self, name: str, numel: int, iteration: int) -> Compressor:
+        return self.compressor
+
+    def compressors(self) -> list[Compressor]:
+        return [self.compressor]
+
+
+@dataclass
+class _Job:
+    flat: torch.Tensor
+    record: CallRecord
+    shapes: list[torch.Size] | None
+    future: torch.futures.Future[torch.Tensor]
+
+
+_STOP = object()
+
+
+class CompressedExchange(Exchange):
+    """Wraps ``inner``: compress, exchange, decompress, error feedback (module docstring)."""
+
+    name = "compressed"
+
+    def __init__(self, inner: Exchange, policy: Policy, memory: Memory, ctx: ExchangeContext,
+                 spec: dict[str, str]) -> None:
+        super().__init__(ctx, counting=inner.stats().counting)
+        self.inner, self.policy, self.memory, self.spec = inner, policy, memory, spec
+        self.native = sums_natively(inner)
+        self.sparse_inner = bool(getattr(inner, "sparse", False))
+        self.word = torch.int32 if self.native else torch.float32
+        for c in policy.compressors():
+            c.bind(ctx.rank, ctx.world_size)
+            check_world(c, max(ctx.world_size, 1), self.word)  # fails early, one line
+        self.layouts: dict[Any, list[torch.Size]] = {}
+        self.gathered = GatherCount()
+        self.totals = {"dense_bytes": 0, "compress_s": 0.0, "comm_s": 0.0, "calls_exact": 0}
+        self.records: list[CallRecord] = []          # of the current iteration
+        self.listeners: list[Callable[[list[CallRecord]], None]] = []
+        self.iteration = 0
+        self._seen: set[tuple[Any, int]] = set()
+        self._failure: BaseException | None = None
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._thread = threading.Thread(target=self._serve, name="dlcomm-compress", daemon=True)
+        self._thread.start()
+
+    # -- the Exchange interface -------------------------------------------------------------
+
+    def set_layout(self, key: int | str | None, shapes: list[torch.Size]) -> None:
+        """The parameter shapes of the tensor named ``key`` (PowerSGD compresses per matrix)."""
+        self.layouts[key] = list(shapes)
+
+    def allreduce(self, flat: torch.Tensor, key: int | str | None = None,
+                  shapes: list[torch.Size] | None = None) -> torch.futures.Future[torch.Tensor]:
+        if self._failure is not None:
+            raise ExchangeError(f"compressed exchange failed earlier: {self._failure}")
+        if flat.dtype != torch.float32:
+            raise ExchangeError(f"the compressed exchange takes float32 tensors, got {flat.dtype}")
+        ident = (key, flat.numel())
+        if ident in self._seen:  # the same tensor again: a new iteration has begun
+            self.iteration += 1
+            self._seen.clear()
+        self._seen.add(ident)
+        s = self._stats
+        s.calls += 1
+        s.elements += flat.numel()
+        self.totals["dense_bytes"] += flat.numel() * 4
+        fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        record = CallRecord(f"{key}:{flat.numel()}", flat.numel(), self.iteration, "",
+                            submitted=time.perf_counter())
+        self._queue.put(_Job(flat, record, shapes or self.layouts.get(key), fut))
+        return fut
+
+    def stats(self) -> ExchangeStats:
+        inner = self.inner.stats()
+        s = self._stats
+        g = self.gathered
+        s.bytes_sent = inner.bytes_sent + g.data_sent + g.control_bytes
+        s.bytes_received = inner.bytes_received + g.data_received + g.control_bytes
+        own = g.data_sent + g.control_bytes
+        s.counting = inner.counting if not own else "modelled"
+        payload = inner.bytes_sent + g.data_sent
+        s.extra = {"compress": self.spec.get("compress"), "memory": self.spec.get("memory"),
+                   "inner_exchange": self.inner.name, "inner": inner.as_dict(),
+                   "allgather_bytes_sent": g.data_sent,
+                   "allgather_bytes_received": g.data_received,
+                   "control_bytes": g.control_bytes,
+                   "dense_bytes": self.totals["dense_bytes"],
+                   "dense_ring_bytes": ring_bytes_per_worker(self.totals["dense_bytes"],
+                                                             max(self.ctx.world_size, 1)),
+                   "traffic_ratio": (ring_bytes_per_worker(self.totals["dense_bytes"],
+                                                           self.ctx.world_size) / payload
+                                     if payload else None),
+                   "compress_s": self.totals["compress_s"], "comm_s": self.totals["comm_s"],
+                   "iterations": self.iteration + (1 if s.calls else 0),
+                   "methods": [c.describe() for c in self.policy.compressors()],
+                   **self.policy.stats()}
+        return super().stats()
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(_STOP)
+            self._thread.join(timeout=60)
+        self.inner.close()
+
+    # -- the exchange thread ----------------------------------------------------------------
+
+    def _serve(self) -> None:
+        while (job := self._queue.get()) is not _STOP:
+            if self._failure is not None:
+                job.future.set_exception(ExchangeError(f"compressed exchange failed: "
+                                                       f"{self._failure}"))
+                continue
+            try:
+                self._run(job)
+            except BaseException as exc:  # the Future carries it to DDP's wait
+                self._failure = exc
+                job.future.set_exception(exc)
+                continue
+            job.future.set_result(job.flat)
+
+    def _begin(self, rec: CallRecord) -> None:
+        if self.records and self.records[-1].iteration != rec.iteration:
+            done, self.records = self.records, []
+            for listener in self.listeners:
+                listener(done)
+            if rec.iteration == STABLE_ITERATION:  # keys are final now: forget earlier state
+                self.memory.reset()
+                for c in self.policy.compressors():
+                    c.reset()
+        self.records.append(rec)
+
+    def _run(self, job: _Job) -> None:
+        rec = job.record
+        self._begin(rec)
+        rec.started = time.perf_counter()
+        compressor = self.policy.choose(rec.name, rec.numel, rec.iteration)
+        rec.method = compressor.name
+        warming = rec.iteration < compressor.warmup_iterations
+        use_memory = not warming and rec.iteration >= STABLE_ITERATION
+        flat, world = job.flat, max(self.ctx.world_size, 1)
+        t0 = time.perf_counter()
+        p = self.memory.compensate(flat, rec.name) if use_memory else flat
+        rec.memory_s = time.perf_counter() - t0
+        if warming:
+            outcome = self._drive(_plain_rounds(p), rec)
+        elif compressor.summable:
+            outcome = self._drive(compressor.rounds(p, rec.name, world, job.shapes), rec)
+        elif compressor.sparse and self.sparse_inner:
+            outcome = self._sparse(compressor, p, rec)
+        else:
+            outcome = self._gather(compressor, p, rec)
+        t0 = time.perf_counter()
+        if use_memory:
+            if outcome.exact:
+                self.memory.forget(rec.name)
+            else:
+                local = outcome.local() if (self.memory.needs_local and outcome.local) else None
+                average = outcome.average if outcome.average is not None \
+                    else outcome.total / world
+                self.memory.update(p, rec.name, local, average)
+        rec.memory_s += time.perf_counter() - t0
+        if outcome.total.data_ptr() != flat.data_ptr():
+            flat.copy_(outcome.total)
+        rec.finished = time.perf_counter()
+        self.totals["compress_s"] += rec.compute_s
+        self.totals["comm_s"] += rec.comm_s
+        self.totals["calls_exact"] += int(outcome.exact)
+        self.policy.observe(rec)
+
+    # -- summable: rounds through the inner exchange ---------------------------------------
+
+    def _drive(self, protocol: Protocol, rec: CallRecord) -> Outcome:
+        request = next(protocol)
+        while True:
+            results = self._perform(request, rec)
+            try:
+                request = protocol.send(results)
+            except StopIteration as stop:
+                return stop.value
+
+    def _perform(self, request: Round, rec: CallRecord) -> list[torch.Tensor]:
+        world = max(self.ctx.world_size, 1)
+        if request.op == "max":
+            values = torch.cat([t.reshape(-1).float() for t in request.tensors])
+            if world > 1:
+                t0 = time.perf_counter()
+                dist.all_reduce(values, op=dist.ReduceOp.MAX, group=self.ctx.group)
+                rec.comm_s += time.perf_counter() - t0
+                self.gathered.control_bytes += ring_bytes_per_worker(values.numel() * 4, world)
+            out, at = [], 0
+            for t in request.tensors:
+                out.append(values[at:at + t.numel()].view(t.shape))
+                at += t.numel()
+            return out
+        if request.op != "sum":
+            raise ExchangeError(f"unknown round operation {request.op!r}")
+        if all(t.dtype == torch.float32 for t in request.tensors) and len(request.tensors) > 1:
+            joined = torch.cat([t.reshape(-1) for t in request.tensors])
+            total = self._sum(joined, rec, own=True)
+            out, at = [], 0
+            for t in request.tensors:
+                out.append(total[at:at + t.numel()].view(t.shape))
+                at += t.numel()
+            return out
+        return [self._sum_one(t, request, rec) for t in request.tensors]
+
+    def _sum_one(self, t: torch.Tensor, request: Round, rec: CallRecord) -> torch.Tensor:
+        world = max(self.ctx.world_size, 1)
+        if t.dtype in (torch.float16, torch.bfloat16):
+            if self.native:
+                return self._sum(t, rec, own=False)
+            return self._sum(t.to(torch.float32), rec, own=True)
+        if not t.dtype.is_floating_point:
+            levels = request.levels
+            if levels is None:
+                raise ExchangeError("an integer payload needs its levels to be summed")
+            words = pack_lanes(t.reshape(-1), levels, world, self.word)
+            return unpack_lane_sums(self._sum(words, rec, own=True), t.numel(), levels, world)
+        return self._sum(t, rec, own=request.inplace)
+
+    def _sum(self, t: torch.Tensor, rec: CallRecord, own: bool) -> torch.Tensor:
+        """Sum ``t`` through the inner exchange (a copy unless ``own``: sums are in place)."""
+        if t.numel() == 0:
+            return t.clone()
+        send = t if own else t.clone()
+        before = self.inner.stats().bytes_sent
+        t0 = time.perf_counter()
+        total = self.inner.allreduce(send.reshape(-1), None).wait()
+        seconds = time.perf_counter() - t0
+        moved = self.inner.stats().bytes_sent - before
+        rec.comm_s += seconds
+        rec.wire_bytes += moved
+        rec.collectives.append((moved, seconds))
+        return total.view(t.shape)
+
+    # -- non-summable: sparse exchange or all-gather ----------------------------------------
+
+    def _sparse(self, compressor: Compressor, p: torch.Tensor, rec: CallRecord) -> Outcome:
+        payload, ctx = compressor.compress(p, rec.name)
+        dense = compressor.decompress(payload, ctx)
+        total = self._sum(dense, rec, own=False)
+        return Outcome(total, local=lambda: dense)
+
+    def _gather(self, compressor: Compressor, p: torch.Tensor, rec: CallRecord) -> Outcome:
+        world = max(self.ctx.world_size, 1)
+        payload, ctx = compressor.compress(p, rec.name)
+        buf = encode_payload(payload)
+        sent = self.gathered.data_sent
+        t0 = time.perf_counter()
+        pieces = allgather_bytes(buf, self.ctx.rank, world, self.ctx.group, self.gathered)
+        seconds = time.perf_counter() - t0
+        moved = self.gathered.data_sent - sent
+        rec.comm_s += seconds
+        rec.wire_bytes += moved
+        if world > 1:
+            rec.collectives += [(8 * (world - 1), self.gathered.sizes_s),
+                                (moved, seconds - self.gathered.sizes_s)]
+        acc = torch.zeros(p.numel(), dtype=torch.float32)
+        for piece in pieces:
+            compressor.decompress_add(decode_payload(piece, payload), ctx, acc)
+        if compressor.aggregation == "majority":
+            acc = torch.sign(acc).mul_(world)
+        return Outcome(acc, local=lambda: compressor.decompress(payload, ctx))
+
+
+def sums_natively(inner: Exchange) -> bool:
+    """Whether ``inner`` sums float16/bfloat16/int32 tensors as such (torch's ring does; the
+    switch sums float32 only). Other exchanges can say so with ``native_dtypes = True``."""
+    return isinstance(inner, RingExchange) or bool(getattr(inner, "native_dtypes", False))
+
+
+def _plain_rounds(tensor: torch.Tensor) -> Protocol:
+    """Uncompressed: one float32 sum, in place (a method's warm-up iterations)."""
+    (total,) = yield Round([tensor], inplace=True)
+    return Outcome(total, exact=True)
+
+
+def check_world(compressor: Compressor, world: int, word: torch.dtype) -> None:
+    """ConfigError if the compressor's integer levels cannot be summed over ``world``."""
+    levels = compressor.payload_levels()
+    if compressor.summable and levels is not None:
+        try:
+            lanes_per_word(levels, world, word)
+        except ConfigError as exc:
+            raise ConfigError(f"compressor {compressor.name!r}: {exc}") from None

@@ -1,0 +1,45 @@
+"""``topk``: keep the k = ceil(ratio * n) elements of largest magnitude (Aji & Heafield,
+EMNLP'17; Stich et al. "Sparsified SGD with memory", NeurIPS'18).
+
+1. idx = the indices of the k largest |x_i| (torch.topk on |x|, unsorted);
+2. payload = (x[idx], idx): 8 bytes per kept element, 8k bytes in all;
+3. decompress: zeros with x[idx] put back at idx.
+
+Biased (it drops the small elements); use it with error feedback (``--memory residual``),
+which sends the dropped part later, so that the sum over steps is preserved.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from dlcomm.compress.base import COMPRESSORS, Compressor, Payload, fraction, option, reject_unknown
+from dlcomm.compress.sparse import Sparsifier, sparse_payload
+
+__all__ = ["TopK", "topk_indices"]
+
+
+def topk_indices(tensor: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the ``k`` elements of largest magnitude."""
+    return torch.topk(tensor.abs(), k, sorted=False).indices
+
+
+class TopK(Sparsifier):
+    name = "topk"
+
+    def __init__(self, ratio: float = 0.01) -> None:
+        self.ratio = ratio
+
+    def compress(self, tensor: torch.Tensor, name: str) -> tuple[Payload, Any]:
+        k = max(1, min(tensor.numel(), math.ceil(self.ratio * tensor.numel())))
+        return sparse_payload(tensor, topk_indices(tensor, k)), tensor.numel()
+
+
+@COMPRESSORS.register("topk", "the k = ratio*n largest magnitudes with indices (ratio=0.01)")
+def _make(**options: str) -> Compressor:
+    ratio = option(options, "ratio", float, 0.01, "compressor 'topk'", fraction, "0 < ratio <= 1")
+    reject_unknown(options, "compressor 'topk'")
+    return TopK(ratio)
