@@ -54,3 +54,36 @@ def test_split_specs():
     assert split_specs("ring,switch:k=256,window=64,sparse-switch") == [
         "ring", "switch:k=256,window=64", "sparse-switch"]
     assert split_specs(" ring , ") == ["ring"]
+
+
+def test_sparse_and_auto_equal_dense_switch_over_sockets(job_tmp):
+    """Threshold 0: the three switch modes give the same bytes, with fewer sent when sparse,
+    also with loss injected on the switch and the workers."""
+    res = run_dlcomm("bench", "allreduce", "--exchange", "switch,sparse-switch,auto",
+                     "--workers", "3", "--size", "8MB", "--reps", "2", "--density", "0.05",
+                     "--pattern", "independent", "--json", "s.json", tmp=job_tmp, timeout=240)
+    assert res.returncode == 0, res.stderr
+    rows = {r["exchange"]: r for r in json.loads((job_tmp / "s.json").read_text())["results"]}
+    assert len({r["checksum"] for r in rows.values()}) == 1
+    sent = {name: r["exchange_stats"][0]["bytes_sent"] for name, r in rows.items()}
+    assert sent["sparse-switch"] < 0.3 * sent["switch"]
+    assert rows["auto"]["exchange_stats"][0]["sparse_ops"] > 0
+    lossy = run_dlcomm("bench", "allreduce", "--exchange", "sparse-switch", "--workers", "3",
+                       "--size", "8MB", "--reps", "2", "--density", "0.05", "--pattern",
+                       "independent", "--drop-rate", "0.02", "--json", "l.json", tmp=job_tmp,
+                       timeout=240)
+    assert lossy.returncode == 0, lossy.stderr
+    row = json.loads((job_tmp / "l.json").read_text())["results"][0]
+    assert row["checksum"] == rows["switch"]["checksum"]
+
+
+@pytest.mark.parametrize("pattern", ["shared", "independent", "elementwise"])
+def test_input_density(pattern):
+    x = make_input(1, 0, 256 * 400, 0.1, pattern, 256)
+    nonzero_blocks = (x.view(-1, 256) != 0).any(dim=1).float().mean().item()
+    nonzero = (x != 0).float().mean().item()
+    if pattern == "elementwise":
+        assert 0.08 < nonzero < 0.12 and nonzero_blocks > 0.99
+    else:
+        assert 0.05 < nonzero_blocks < 0.15
+    assert not torch.signbit(x[x == 0]).any()  # zeros are +0.0

@@ -139,3 +139,37 @@ def bench_sync(syncs: str | None, scenarios: str, workers: int, workload: str,
     if plot:
         plot_sync(result, plot)
     print_sync_table(result, json_path)
+
+
+@bench.command("train", context_settings={"ignore_unknown_options": True,
+                                          "allow_extra_args": True})
+@click.option("--exchange", "exchanges", default="ring,switch,sparse-switch", show_default=True,
+              help="Comma-separated exchange specs, each trained in turn.")
+@click.option("--target", required=True, help="METRIC=VALUE, e.g. loss=0.5, accuracy=0.95, "
+              "perplexity=200: report the wall time until each run reached it.")
+@click.option("--json", "json_path", help="Write the JSON result here.")
+@click.argument("train_args", nargs=-1, type=click.UNPROCESSED)
+def bench_train(exchanges: str, target: str, json_path: str | None,
+                train_args: tuple[str, ...]) -> None:
+    """Train the same job through several exchanges (TRAIN_ARGS go to `dlcomm train`)."""
+    from dlcomm.bench.train import run_train_bench
+    from dlcomm.errors import ConfigError
+    from dlcomm.results import check_writable, write_json
+
+    metric, eq, value = target.partition("=")
+    try:
+        goal = float(value)
+    except ValueError:
+        raise ConfigError(f"bad --target {target!r} (METRIC=VALUE)") from None
+    if not eq:
+        raise ConfigError(f"bad --target {target!r} (METRIC=VALUE)")
+    check_writable(json_path)
+    result = run_train_bench(split_specs(exchanges), list(train_args), metric, goal,
+                             progress=lambda msg: click.echo(msg, err=True))
+    if json_path:
+        write_json(json_path, result)
+    for row in result["results"]:
+        ttt = row["time_to_target_s"]
+        click.echo(f"{row['exchange']:>28}: {row['time_per_step_s'] * 1e3:8.1f} ms/step, "
+                   f"{row['bytes_sent_per_worker_per_step'] / 1e6:8.3f} MB sent/step, "
+                   f"{'target at ' + format(ttt, '.1f') + ' s' if ttt is not None else 'target not reached'}")

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from dlcomm.exchange.base import Exchange
+from dlcomm.wire.sparse import nonzero_blocks
 
 __all__ = ["ExchangeHookState", "exchange_hook"]
 
@@ -22,7 +23,10 @@ __all__ = ["ExchangeHookState", "exchange_hook"]
 class ExchangeHookState:
     """Explicit state of :func:`exchange_hook`: the exchange and per-step timing."""
 
-    __slots__ = ("exchange", "world_size", "buckets", "first_call", "last_call")
+    __slots__ = ("exchange", "world_size", "buckets", "first_call", "last_call",
+                 "blocks_nonzero", "blocks_total")
+
+    DENSITY_BLOCK = 256  # block size of the reported gradient density (the sparse default)
 
     def __init__(self, exchange: "Exchange", world_size: int) -> None:
         if world_size < 1:
@@ -36,13 +40,21 @@ class ExchangeHookState:
         self.buckets = 0
         self.first_call = 0.0
         self.last_call = 0.0
+        self.blocks_nonzero = 0
+        self.blocks_total = 0
+
+    @property
+    def block_density(self) -> float:
+        """Fraction of this step's gradient blocks (of 256) that hold a non-zero value."""
+        return self.blocks_nonzero / self.blocks_total if self.blocks_total else 0.0
 
 
 def exchange_hook(state: ExchangeHookState,
                   bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Average one gradient bucket over all workers with ``state.exchange``.
 
-    1. note the time the bucket was ready (backward has produced all its gradients);
+    1. note the time the bucket was ready (backward has produced all its gradients), and how
+       many of its blocks hold data (the density that sparse aggregation exploits);
     2. start ``exchange.allreduce`` on the bucket's flat buffer (the sum over workers);
     3. divide the sum by the world size when it arrives; DDP copies it into ``.grad``.
     """
@@ -51,6 +63,9 @@ def exchange_hook(state: ExchangeHookState,
         state.first_call = now
     state.buckets += 1
     state.last_call = now
+    blocks = nonzero_blocks(bucket.buffer().detach().numpy(), state.DENSITY_BLOCK)
+    state.blocks_nonzero += int(blocks.sum())
+    state.blocks_total += len(blocks)
     world = state.world_size
     fut = state.exchange.allreduce(bucket.buffer(), bucket.index())
     return fut.then(lambda done: done.value().div_(world))

@@ -43,6 +43,7 @@ def train_result(cfg: TrainConfig, workload: Workload, reports: list[WorkerRepor
         "parameters": workload.num_parameters,
         "workers": len(reports),
         "wall_time_s": wall_time_s,
+        "block_density": _mean([s.block_density for s in reports[0].steps]),
     }
     wires = [w["wire"] for w in per_worker if w.get("wire")]
     if len(wires) == len(per_worker):

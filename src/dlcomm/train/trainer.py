@@ -43,6 +43,7 @@ class StepRecord:
     comm_wait_s: float   # backward's wait for communication after the last bucket
     bytes_sent: int
     bytes_received: int
+    block_density: float = 0.0  # fraction of 256-element gradient blocks with data
 
 
 @dataclass
@@ -187,7 +188,7 @@ def train(cfg: TrainConfig, env: WorkerEnv) -> tuple[Workload, list[WorkerReport
                 report.steps.append(StepRecord(
                     step, epoch, t1 - start, loss.item(), t1 - t0, max(wait, 0.0),
                     after.bytes_sent - before.bytes_sent,
-                    after.bytes_received - before.bytes_received))
+                    after.bytes_received - before.bytes_received, hook_state.block_density))
                 step += 1
                 last_of_epoch = step % per_epoch == 0
                 if (cfg.eval_every and step % cfg.eval_every == 0) or (
