@@ -29,7 +29,8 @@ import psutil
 from dlcomm.errors import ConfigError
 
 __all__ = ["SCHEMA", "new_result", "write_json", "write_atomic", "check_writable",
-           "versions", "host_facts", "validate_result", "REQUIRED_SUMMARY"]
+           "versions", "host_facts", "validate_result", "REQUIRED_SUMMARY", "read_table_file",
+           "save_figure"]
 
 SCHEMA = "dlcomm.result/1"
 
@@ -93,6 +94,35 @@ def write_json(path: str | Path, result: dict[str, Any]) -> Path:
     """Write ``result`` atomically as indented JSON."""
     text = json.dumps(_finite(result), indent=2, allow_nan=False) + "\n"
     return write_atomic(path, lambda tmp: tmp.write_text(text))
+
+
+def read_table_file(path: str | Path, what: str) -> dict[str, Any]:
+    """A JSON or TOML file (by suffix) holding one table/object, with one-line errors that
+    name ``what`` it is (``config file``, ``price file``, ...)."""
+    import tomllib
+
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{what} {p}: {exc.strerror}") from exc
+    try:
+        data = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{what} {p} is corrupt: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} {p} must hold a table/object")
+    return data
+
+
+def save_figure(fig: Any, path: str | Path) -> Path:
+    """Write a matplotlib figure as PNG, atomically, and close it."""
+    import matplotlib.pyplot as plt
+
+    try:
+        return write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    finally:
+        plt.close(fig)
 
 
 def check_writable(path: str | Path | None, what: str = "--json") -> Path | None:

@@ -11,7 +11,6 @@ import os
 import sys
 import time
 
-import torch
 import torch.distributed as dist
 
 from dlcomm.bench.allreduce import make_input

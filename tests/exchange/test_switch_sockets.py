@@ -15,7 +15,6 @@ import pytest
 from dlcomm.exchange.switch.control import request_once
 from dlcomm.switch.service import running_switches
 from dlcomm.train.launcher import free_port
-from dlcomm.wire.packet import DATA, Header, encode
 
 HERE = Path(__file__).parent
 

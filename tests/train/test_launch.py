@@ -14,7 +14,7 @@ import pytest
 
 from dlcomm.exchange.ring import ring_bytes_per_worker
 from dlcomm.results import validate_result
-from tests.conftest import assert_no_leftovers, dlcomm_cmd, processes_mentioning, run_dlcomm
+from tests.conftest import dlcomm_cmd, processes_mentioning, run_dlcomm
 
 QUICK = ("--workload", "digits-cnn", "--epochs", "1", "--quiet")
 
@@ -197,3 +197,18 @@ def test_digits_through_the_switch_matches_ring(job_tmp):
     assert s["bytes_counting"] == "measured"
     # each worker sends its gradient once (+ 32-byte headers), not 2(n-1)/n of it
     assert s["gradient_bytes"] <= s["bytes_sent_per_worker_per_step"] < 1.01 * s["gradient_bytes"]
+
+
+def test_stdlib_lm_sparse_switch_matches_ring_perplexity(job_tmp):
+    """Sparse streaming aggregation trains the language model as well as the ring (2%)."""
+    lm = "stdlib-lm:vocab=10000,tokens=400K,test_tokens=8K,dim=32,layers=1"
+    ppl = {}
+    for exchange in ("ring", "sparse-switch"):
+        res = run_dlcomm("train", "--workload", lm, "--workers", "2", "--steps", "40",
+                         "--exchange", exchange, "--quiet", "--json", f"{exchange}.json",
+                         tmp=job_tmp, timeout=240)
+        assert res.returncode == 0, res.stderr
+        doc = load(job_tmp / f"{exchange}.json")
+        ppl[exchange] = doc["summary"]["final_perplexity"]
+        assert 0 < doc["summary"]["block_density"] < 1
+    assert abs(ppl["sparse-switch"] - ppl["ring"]) / ppl["ring"] <= 0.02

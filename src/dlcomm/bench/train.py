@@ -9,7 +9,6 @@ each run's evaluations).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile

@@ -28,7 +28,7 @@ from dlcomm.plan.topology import COMPARE_SET, build_topology, sized_spec
 from dlcomm.plan.topology.base import LinkParams, Topology
 from dlcomm.plan.topology.fattree import FatTree
 from dlcomm.plan.traffic import Parallelism
-from dlcomm.results import new_result, write_atomic
+from dlcomm.results import new_result, save_figure
 
 __all__ = ["CompareConfig", "compare", "print_compare", "plot_compare", "RELATIVE_KEYS"]
 
@@ -242,10 +242,4 @@ def plot_compare(result: dict[str, Any], path: str | Path) -> Path:
     fig.suptitle(f"dlcomm topo compare: ~{result['config']['accelerators']} accelerators")
     fig.tight_layout()
 
-    def save(tmp: Path) -> None:
-        fig.savefig(tmp, format="png", dpi=110)
-
-    try:
-        return write_atomic(path, save)
-    finally:
-        plt.close(fig)
+    return save_figure(fig, path)

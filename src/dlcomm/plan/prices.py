@@ -24,14 +24,13 @@ What is charged (``network_cost``):
 
 from __future__ import annotations
 
-import json
 import math
-import tomllib
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from dlcomm.errors import ConfigError
+from dlcomm.results import read_table_file
 from dlcomm.plan.topology.base import Counts
 
 __all__ = ["Prices", "SOURCES", "load_prices", "Cost", "network_cost"]
@@ -65,17 +64,9 @@ def load_prices(path: str | Path | None) -> Prices:
     if path is None:
         return Prices()
     p = Path(path)
-    try:
-        text = p.read_text()
-        data = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
-    except OSError as exc:
-        raise ConfigError(f"price file {p}: {exc.strerror}") from exc
-    except (ValueError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"price file {p} is corrupt: {exc}") from exc
-    if isinstance(data, dict) and isinstance(data.get("prices"), dict):
+    data = read_table_file(p, "price file")
+    if isinstance(data.get("prices"), dict):
         data = data["prices"]
-    if not isinstance(data, dict):
-        raise ConfigError(f"price file {p} must hold an object of prices")
     known = {f.name for f in fields(Prices)}
     unknown = sorted(set(data) - known)
     if unknown:

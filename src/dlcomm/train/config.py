@@ -7,8 +7,6 @@ Everything is validated here, before any process starts, so bad input costs one 
 from __future__ import annotations
 
 import dataclasses
-import json
-import tomllib
 import types
 import typing
 from dataclasses import dataclass, field
@@ -121,18 +119,9 @@ def _names(types_: tuple[type, ...]) -> str:
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a JSON or TOML config file into a dict, with a one-line error if it is bad."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ConfigError(f"config file {p}: {exc.strerror}") from exc
-    try:
-        data = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"config file {p} is corrupt: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {p} must hold a table/object of options")
-    return data
+    from dlcomm.results import read_table_file
+
+    return read_table_file(path, "config file")
 
 
 @dataclass(frozen=True)

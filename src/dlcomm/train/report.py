@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from dlcomm.results import new_result, write_atomic
+from dlcomm.results import new_result, save_figure
 from dlcomm.train.config import TrainConfig
 from dlcomm.train.trainer import WorkerReport
 from dlcomm.workloads import Workload
@@ -144,13 +144,7 @@ def plot_train(results: list[dict[str, Any]], path: str | Path) -> Path:
     fig.suptitle(f"dlcomm train: {first['workload']}")
     fig.tight_layout()
 
-    def save(tmp: Path) -> None:
-        fig.savefig(tmp, format="png", dpi=110)
-
-    try:
-        return write_atomic(path, save)
-    finally:
-        plt.close(fig)
+    return save_figure(fig, path)
 
 
 def run_label(result: dict[str, Any]) -> str:

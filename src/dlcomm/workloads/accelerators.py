@@ -16,13 +16,12 @@ User-defined accelerators come from a JSON or TOML file::
 
 from __future__ import annotations
 
-import json
-import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dlcomm.errors import ConfigError
 from dlcomm.registry import Registry
+from dlcomm.results import read_table_file
 
 __all__ = ["Accelerator", "ACCELERATORS", "get_accelerator", "load_accelerators",
            "DEFAULT_EFFICIENCY"]
@@ -82,14 +81,8 @@ def get_accelerator(name: str, efficiency: float | None = None) -> Accelerator:
 def load_accelerators(path: str | Path) -> dict[str, Accelerator]:
     """User-defined accelerators from a JSON or TOML file (table ``accelerators``)."""
     p = Path(path)
-    try:
-        text = p.read_text()
-        data = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
-    except OSError as exc:
-        raise ConfigError(f"accelerator file {p}: {exc.strerror}") from exc
-    except (ValueError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"accelerator file {p} is corrupt: {exc}") from exc
-    table = data.get("accelerators") if isinstance(data, dict) else None
+    data = read_table_file(p, "accelerator file")
+    table = data.get("accelerators")
     if not isinstance(table, dict):
         raise ConfigError(f"accelerator file {p} needs a table 'accelerators'")
     out = {}

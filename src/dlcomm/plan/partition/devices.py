@@ -25,15 +25,14 @@ optionally defines accelerators in the catalog's file format::
 
 from __future__ import annotations
 
-import json
-import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dlcomm.errors import ConfigError, RegistryError
+from dlcomm.errors import ConfigError
+from dlcomm.results import read_table_file, RegistryError
 from dlcomm.plan.partition.costs import Sides
 from dlcomm.workloads.accelerators import (ACCELERATORS, Accelerator, get_accelerator,
                                            load_accelerators)
@@ -158,15 +157,7 @@ _FILE_KEYS = {"devices", "between_gbps", "accelerators"}
 def load_cluster(path: str | Path) -> dict[str, Any]:
     """Read a cluster file: ``{"devices": ..., "between_gbps": ..., "custom": {...}}``."""
     p = Path(path)
-    try:
-        text = p.read_text()
-        data = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
-    except OSError as exc:
-        raise ConfigError(f"cluster file {p}: {exc.strerror}") from exc
-    except (ValueError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cluster file {p} is corrupt: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"cluster file {p} must hold a table")
+    data = read_table_file(p, "cluster file")
     unknown = sorted(set(data) - _FILE_KEYS)
     if unknown:
         raise ConfigError(f"cluster file {p}: unknown keys {unknown} (known: "

@@ -9,7 +9,7 @@ import numpy as np
 
 from dlcomm.plan.partition.hierarchy import HEADLINE, Plan
 from dlcomm.plan.partition.layouts import PartType
-from dlcomm.results import new_result, write_atomic
+from dlcomm.results import new_result, save_figure
 
 __all__ = ["scheme_entry", "partition_result", "execution_entry", "print_partition",
            "plot_partition"]
@@ -193,13 +193,7 @@ def plot_partition(result: dict[str, Any], path: str | Path) -> Path:
     fig.suptitle(f"dlcomm partition: {s['workload']} on {s['devices']}, batch {s['batch']}")
     fig.tight_layout()
 
-    def save(tmp: Path) -> None:
-        fig.savefig(tmp, format="png", dpi=110)
-
-    try:
-        return write_atomic(path, save)
-    finally:
-        plt.close(fig)
+    return save_figure(fig, path)
 
 
 def execution_entry(run: Any, plan: Plan, batch: int) -> dict[str, Any]:
