@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from dlcomm.errors import ConfigError
-from dlcomm.results import read_table_file
 from dlcomm.plan.topology.base import Counts
+from dlcomm.results import read_table_file
 
 __all__ = ["Prices", "SOURCES", "load_prices", "Cost", "network_cost"]
 

@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from dlcomm.errors import ConfigError
-from dlcomm.results import read_table_file, RegistryError
+from dlcomm.errors import ConfigError, RegistryError
 from dlcomm.plan.partition.costs import Sides
+from dlcomm.results import read_table_file
 from dlcomm.workloads.accelerators import (ACCELERATORS, Accelerator, get_accelerator,
                                            load_accelerators)
 
