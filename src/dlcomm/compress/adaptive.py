@@ -98,14 +98,13 @@ class AdaptivePolicy(Policy):
 
     def __init__(self, world: int, native: bool, agree: Callable[[list[float]], list[float]],
                  every: int = 5, probe: int = 20, margin: float = 0.1, min_gain_ms: float = 1.0,
-                 ratio: float = 0.01, rank: int = 4) -> None:
+                 ratio: float = 0.01, rank: int = 4,
+                 candidates: tuple[str, ...] = LOSSINESS) -> None:
         self.world, self.native, self.agree = world, native, agree
         self.every, self.probe, self.margin = every, probe, margin
         self.min_gain_s = min_gain_ms / 1e3
         self.ratio, self.rank = ratio, rank
-        self.methods: dict[str, Compressor] = {
-            "none": NoCompression(), "fp16": HalfCompressor(torch.float16),
-            "powersgd": PowerSGD(rank, start=0), "topk": TopK(ratio)}
+        self.methods = {m: c for m, c in self._fresh().items() if m in candidates or m == "none"}
         self.assignment: dict[str, str] = {}
         self.proposal: dict[str, str] | None = None
         self.order: list[str] = []            # bucket names in hand-over order
@@ -218,13 +217,17 @@ class AdaptivePolicy(Policy):
             self.bandwidth = statistics.median(b / max(s - self.alpha, 0.05 * s)
                                                for b, s in recent)
 
+    def _fresh(self) -> dict[str, Compressor]:
+        return {"none": NoCompression(), "fp16": HalfCompressor(torch.float16),
+                "powersgd": PowerSGD(self.rank, start=0), "topk": TopK(self.ratio)}
+
     def _calibrate(self, name: str, numel: int) -> None:
         """One timed trial of every candidate on random data of the bucket's size."""
         x = torch.randn(numel)
-        fresh = {"none": NoCompression(), "fp16": HalfCompressor(torch.float16),
-                 "powersgd": PowerSGD(self.rank, start=0), "topk": TopK(self.ratio)}
         times, sizes = {}, {}
-        for m, c in fresh.items():
+        for m, c in self._fresh().items():
+            if m not in self.methods:
+                continue
             t0 = time.perf_counter()
             payload, ctx = c.compress(x, "calibration")
             c.decompress(payload, ctx)
@@ -233,11 +236,11 @@ class AdaptivePolicy(Policy):
         self.compute[name] = times
         n = self.world
         ring = 2 * (n - 1) / n if n > 1 else 0.0
-        self.wire[name] = {
-            "none": ring * sizes["none"],
-            "fp16": ring * (sizes["fp16"] if self.native else sizes["none"]),
-            "powersgd": ring * sizes["powersgd"],
-            "topk": (n - 1) * (sizes["topk"] + 16)}
+        estimate = {"none": lambda: ring * sizes["none"],
+                    "fp16": lambda: ring * (sizes["fp16"] if self.native else sizes["none"]),
+                    "powersgd": lambda: ring * sizes["powersgd"],
+                    "topk": lambda: (n - 1) * (sizes["topk"] + 16)}
+        self.wire[name] = {m: estimate[m]() for m in sizes}
 
     def _measured(self, first: int, last: int) -> float:
         """Median exposed time of the non-probe iterations in [first, last) (-1: none)."""

@@ -50,10 +50,14 @@ def _adaptive(options: dict[str, str], ctx: ExchangeContext, native: bool,
     min_gain = option(options, "min_gain_ms", float, 1.0, owner, lambda v: v >= 0, ">= 0")
     ratio = option(options, "ratio", float, 0.01, owner, lambda v: 0 < v <= 1, "0 < ratio <= 1")
     rank = option(options, "rank", int, 4, owner, lambda v: v >= 1, "rank >= 1")
+    names = option(options, "candidates", lambda t: tuple(t.split("+")),
+                   ("none", "fp16", "powersgd", "topk"), owner,
+                   lambda v: set(v) <= {"none", "fp16", "powersgd", "topk"},
+                   "a +-separated subset of none+fp16+powersgd+topk")
     if options:
         raise ConfigError(f"{owner} has no option(s) {sorted(options)}")
     return AdaptivePolicy(max(ctx.world_size, 1), native, agree, every, probe, margin, min_gain,
-                          ratio, rank)
+                          ratio, rank, names)
 
 
 def compressed_exchange(inner: Exchange, compress_spec: str, memory_spec: str,
@@ -61,8 +65,9 @@ def compressed_exchange(inner: Exchange, compress_spec: str, memory_spec: str,
     """Wrap ``inner`` with the compressor ``compress_spec`` and the memory ``memory_spec``.
 
     The result is an :class:`~dlcomm.exchange.base.Exchange` with sum semantics.
-    ``adaptive[:every=5,probe=20,margin=0.1,min_gain_ms=1,ratio=0.01,rank=4]`` chooses per
-    bucket among none/fp16/powersgd/topk, with residual memory unless another one is named.
+    ``adaptive[:every=5,probe=20,margin=0.1,min_gain_ms=1,ratio=0.01,rank=4,
+    candidates=none+fp16+powersgd+topk]`` chooses per bucket among the candidates, with
+    residual memory unless another one is named.
     """
     compress = parse_spec(compress_spec)
     memory_parsed = parse_spec(memory_spec)

@@ -13,7 +13,7 @@ compression overlaps backward, and every worker issues its collectives in bucket
      values; integer levels packed several to a word (packing.py): int32 words on the ring,
      float32 words below 2^24 on float-only exchanges such as the aggregation switch;
      a "max" round (an agreed scale) is one small torch.distributed all-reduce;
-   - sparse, and the inner exchange is sparse (``sparse = True``, e.g. a sparse switch):
+   - sparse, and the inner exchange is sparse (``sparse-switch`` or ``auto``):
      the decompressed tensor, zeros included, is summed by the inner exchange;
    - otherwise: all-gather of the exact payload bytes (allgather.py) and accumulation of
      the peers' decompressed payloads into one tensor (sum, or majority vote of signs);
@@ -44,7 +44,7 @@ from dlcomm.exchange.base import Exchange, ExchangeContext, ExchangeStats
 from dlcomm.exchange.ring import RingExchange, ring_bytes_per_worker
 
 __all__ = ["CompressedExchange", "Policy", "FixedPolicy", "CallRecord", "STABLE_ITERATION",
-           "sums_natively", "check_world"]
+           "sums_natively", "sums_sparsely", "check_world"]
 
 STABLE_ITERATION = 2  # DDP rebuilds buckets after iteration 0: keyed state from here on
 
@@ -121,7 +121,7 @@ class CompressedExchange(Exchange):
         super().__init__(ctx, counting=inner.stats().counting)
         self.inner, self.policy, self.memory, self.spec = inner, policy, memory, spec
         self.native = sums_natively(inner)
-        self.sparse_inner = bool(getattr(inner, "sparse", False))
+        self.sparse_inner = sums_sparsely(inner)
         self.word = torch.int32 if self.native else torch.float32
         for c in policy.compressors():
             c.bind(ctx.rank, ctx.world_size)
@@ -362,6 +362,13 @@ def sums_natively(inner: Exchange) -> bool:
     """Whether ``inner`` sums float16/bfloat16/int32 tensors as such (torch's ring does; the
     switch sums float32 only). Other exchanges can say so with ``native_dtypes = True``."""
     return isinstance(inner, RingExchange) or bool(getattr(inner, "native_dtypes", False))
+
+
+def sums_sparsely(inner: Exchange) -> bool:
+    """Whether ``inner`` moves only the non-zero blocks of a tensor (``sparse-switch``, or
+    ``auto`` which goes sparse for sparse tensors); others may say ``sparse = True``."""
+    return getattr(inner, "mode", "dense") in ("sparse", "auto") or bool(
+        getattr(inner, "sparse", False))
 
 
 def _plain_rounds(tensor: torch.Tensor) -> Protocol:

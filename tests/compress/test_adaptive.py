@@ -1,0 +1,107 @@
+"""The adaptive policy: its pipeline model, its greedy choice, and its behaviour on a fake
+network (fast: no compression; slow: compression; a model that lies: reverted)."""
+
+import pytest
+
+from dlcomm.compress.adaptive import AdaptivePolicy, greedy_assignment, simulate_exposed
+from dlcomm.compress.exchange import CallRecord
+
+NUMEL = 150_000
+DENSE = NUMEL * 4
+
+
+def test_simulated_exposure_of_buckets_run_in_order():
+    assert simulate_exposed([0.0, 0.01, 0.02], [0.005] * 3) == pytest.approx(0.005)
+    assert simulate_exposed([0.0, 0.01, 0.02], [0.02] * 3) == pytest.approx(0.04)
+    assert simulate_exposed([0.0], [0.0]) == 0.0
+
+
+def test_greedy_keeps_none_when_compression_does_not_pay():
+    cost = [{"none": 0.001, "fp16": 0.0012, "powersgd": 0.004, "topk": 0.003}] * 2
+    assert greedy_assignment([0.0, 0.01], cost) == ["none", "none"]
+
+
+def test_greedy_compresses_exposed_buckets_and_prefers_the_least_lossy():
+    slow = {"none": 0.1, "fp16": 0.05, "powersgd": 0.01, "topk": 0.008}
+    assert greedy_assignment([0.0], [slow]) == ["topk"]
+    # the first bucket's communication hides behind 50 ms of compute as fp16
+    hidden = {"none": 0.08, "fp16": 0.04, "powersgd": 0.01, "topk": 0.01}
+    quick = {"none": 0.001, "fp16": 0.001, "powersgd": 0.004, "topk": 0.004}
+    assert greedy_assignment([0.0, 0.05], [hidden, quick]) == ["fp16", "none"]
+
+
+class FakeNetwork:
+    """Collective times from alpha + bytes / B, with a slowdown factor per method."""
+
+    def __init__(self, bandwidth: float, alpha: float = 1e-3, slower: dict | None = None):
+        self.bandwidth, self.alpha, self.slower = bandwidth, alpha, slower or {}
+
+    def record(self, method: str, iteration: int, start: float) -> CallRecord:
+        wire = {"none": 1.5 * DENSE, "fp16": 0.75 * DENSE, "powersgd": 0.05 * DENSE,
+                "topk": 3 * (8 * NUMEL // 100 + 16)}[method]
+        compute = {"none": 0.0, "fp16": 2e-4, "powersgd": 3e-3, "topk": 2e-3}[method]
+        comm = (self.alpha + wire / self.bandwidth) * self.slower.get(method, 1.0)
+        collectives = [(int(wire), comm)]
+        if method == "topk":
+            collectives = [(24, self.alpha)] + collectives
+            comm += self.alpha
+        return CallRecord("0:150000", NUMEL, iteration, method, submitted=start, started=start,
+                          finished=start + compute + comm, comm_s=comm, wire_bytes=int(wire),
+                          collectives=collectives)
+
+
+def run_policy(policy: AdaptivePolicy, network: FakeNetwork, iterations: int) -> list[str]:
+    methods, t = [], 0.0
+    for it in range(iterations):
+        chosen = policy.choose("0:150000", NUMEL, it)
+        record = network.record(chosen.name, it, t)
+        policy.observe(record)
+        methods.append(chosen.name)
+        t = record.finished + 0.02  # 20 ms of forward/backward before the next bucket
+    return methods
+
+
+def identity(values: list[float]) -> list[float]:
+    return list(values)
+
+
+def test_fast_network_stays_uncompressed():
+    policy = AdaptivePolicy(4, True, identity, every=2, probe=10)
+    methods = run_policy(policy, FakeNetwork(bandwidth=5e9), 60)
+    assert set(methods) == {"none"}
+    assert not any(d.get("switched") for d in policy.decisions)
+
+
+def test_slow_network_compresses_and_probes_uncompressed():
+    policy = AdaptivePolicy(4, True, identity, every=2, probe=10)
+    methods = run_policy(policy, FakeNetwork(bandwidth=12.5e6), 60)
+    assert methods[-1] in ("topk", "powersgd")
+    assert methods[12] == "none" and methods[22] == "none"  # probe iterations
+    steps = policy.stats()["adaptive"]["steps"]
+    assert steps[-1]["bandwidth_Bps"] == pytest.approx(12.5e6, rel=0.2)
+
+
+def test_a_switch_that_does_not_pay_is_reverted_and_banned():
+    """The model expects fp16 to halve the time, but this network sums halves 4x slower."""
+    policy = AdaptivePolicy(4, True, identity, every=2, probe=0, candidates=("none", "fp16"))
+    network = FakeNetwork(bandwidth=20e6, slower={"fp16": 4.0})
+    methods = run_policy(policy, network, 40)
+    assert "fp16" in methods and methods[-1] == "none"
+    assert any(d.get("reverted") for d in policy.decisions)
+    assert ("0:150000", "fp16") in policy.banned
+
+
+def test_changing_rate_mid_run():
+    policy = AdaptivePolicy(4, True, identity, every=2, probe=6)
+    fast = run_policy(policy, FakeNetwork(bandwidth=5e9), 30)
+    network = FakeNetwork(bandwidth=10e6)
+    t = 100.0
+    slow = []
+    for it in range(30, 70):
+        chosen = policy.choose("0:150000", NUMEL, it)
+        record = network.record(chosen.name, it, t)
+        policy.observe(record)
+        slow.append(chosen.name)
+        t = record.finished + 0.02
+    assert set(fast) == {"none"}
+    assert slow[-1] in ("topk", "powersgd")
