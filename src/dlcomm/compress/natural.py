@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from dlcomm.compress.base import COMPRESSORS, Compressor, Payload, option, reject_unknown
+from dlcomm.compress.quantizer import uniforms
 
 __all__ = ["Natural"]
 
@@ -28,31 +30,35 @@ class Natural(Compressor):
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
-        self.gen = torch.Generator().manual_seed(seed)
+        self.rng = np.random.default_rng(seed)
 
     def bind(self, rank: int, world: int) -> None:
-        self.gen.manual_seed(self.seed * 65_537 + rank)
+        self.rng = np.random.default_rng([self.seed, rank])
 
     def compress(self, tensor: torch.Tensor, name: str) -> tuple[Payload, Any]:
-        ax = tensor.abs()
-        peak = float(ax.max()) if ax.numel() else 0.0
-        if peak == 0.0:
-            return [torch.zeros(tensor.numel(), dtype=torch.uint8),
-                    torch.zeros(1, dtype=torch.int32)], tensor.numel()
-        top = int(torch.frexp(torch.tensor(peak)).exponent)  # floor(log2 peak) + 1
+        n = tensor.numel()
+        bits = tensor.contiguous().view(torch.int32)
+        expo = (bits >> 23) & 0xFF                 # biased exponent; 0: zero or subnormal
+        if n == 0 or int(expo.max()) == 0:
+            return [torch.zeros(n, dtype=torch.uint8), torch.zeros(1, dtype=torch.int32)], n
+        a = expo - 127                             # floor(log2 |x|) of a normal x
+        top = int(expo.max()) - 126                # floor(log2 max|x|) + 1
         floor_e = top - SPAN
-        a = torch.frexp(ax).exponent - 1                      # floor(log2 |x|) (x != 0)
-        a.clamp_(min=floor_e - 1)
-        low = torch.ldexp(torch.ones_like(ax), a)             # 2^a, or 2^(floor_e - 1)
-        u = torch.rand(ax.shape, generator=self.gen)
-        small = a < floor_e                                   # round to 0 or 2^floor_e
-        p_up = torch.where(small, ax / (2 * low), (ax - low) / low)
-        e = a + (u < p_up).to(a.dtype)                        # chosen exponent
-        zero = (ax == 0) | (small & (e < floor_e))
+        frac = (bits & 0x7FFFFF).to(torch.float32).mul_(2.0 ** -23)  # (|x| - 2^a) / 2^a
+        e = a + (uniforms(n, self.rng) < frac).to(torch.int32)       # the chosen exponent
+        zero = expo == 0
+        small = torch.nonzero((a < floor_e) | zero, as_tuple=True)[0]
+        if small.numel():  # 0 or 2^floor_e with probability |x| / 2^floor_e (float64)
+            mags = tensor[small].abs().double()
+            p = mags / 2.0 ** floor_e
+            up = torch.from_numpy(self.rng.random(small.numel())) < p
+            e[small] = floor_e
+            zero = zero.clone()
+            zero[small] = ~up
         code = (top - e + 1).clamp_(1, SPAN + 1).to(torch.uint8)
         code[zero] = 0
-        code |= (tensor < 0).to(torch.uint8) << 7
-        return [code, torch.tensor([top], dtype=torch.int32)], tensor.numel()
+        code |= (bits < 0).to(torch.uint8) << 7
+        return [code, torch.tensor([top], dtype=torch.int32)], n
 
     def decompress(self, payload: Payload, ctx: Any) -> torch.Tensor:
         code, top = payload

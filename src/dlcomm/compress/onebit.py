@@ -22,16 +22,14 @@ from dlcomm.compress.packing import pack_signs, unpack_signs
 __all__ = ["OneBit"]
 
 
-def _mean(values: torch.Tensor) -> float:
-    return float(values.mean()) if values.numel() else 0.0
-
-
 class OneBit(Compressor):
     name = "onebit"
 
     def compress(self, tensor: torch.Tensor, name: str) -> tuple[Payload, Any]:
-        positive = tensor >= 0
-        means = torch.tensor([_mean(tensor[positive]), _mean(tensor[~positive])],
+        count = int((tensor >= 0).sum())
+        rest = tensor.numel() - count
+        up, down = float(tensor.clamp(min=0).sum()), float(tensor.clamp(max=0).sum())
+        means = torch.tensor([up / count if count else 0.0, down / rest if rest else 0.0],
                              dtype=torch.float32)
         return [pack_signs(tensor), means], tensor.numel()
 

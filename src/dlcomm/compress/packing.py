@@ -29,6 +29,7 @@ __all__ = ["lane_bits", "lanes_per_word", "pack_lanes", "unpack_lane_sums", "pac
            "unpack_signs", "WORD_BITS"]
 
 WORD_BITS = {torch.int32: 31, torch.float32: 24}  # value bits a summed word may use
+_SIGN_OF_BIT = np.array([-1.0, 1.0], dtype=np.float32)
 
 
 def lane_bits(levels: int, world: int) -> int:
@@ -79,4 +80,4 @@ def pack_signs(tensor: torch.Tensor) -> torch.Tensor:
 def unpack_signs(packed: torch.Tensor, count: int) -> torch.Tensor:
     """The +1/-1 float32 signs of :func:`pack_signs`."""
     bits = np.unpackbits(packed.numpy(), count=count)
-    return torch.from_numpy(bits.astype(np.float32) * 2 - 1)
+    return torch.from_numpy(_SIGN_OF_BIT[bits])

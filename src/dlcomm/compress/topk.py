@@ -1,7 +1,7 @@
 """``topk``: keep the k = ceil(ratio * n) elements of largest magnitude (Aji & Heafield,
 EMNLP'17; Stich et al. "Sparsified SGD with memory", NeurIPS'18).
 
-1. idx = the indices of the k largest |x_i| (torch.topk on |x|, unsorted);
+1. idx = the indices of the k largest |x_i| (a selection in O(n), unsorted);
 2. payload = (x[idx], idx): 8 bytes per kept element, 8k bytes in all;
 3. decompress: zeros with x[idx] put back at idx.
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 
 from dlcomm.compress.base import COMPRESSORS, Compressor, Payload, fraction, option, reject_unknown
@@ -23,8 +24,16 @@ __all__ = ["TopK", "topk_indices"]
 
 
 def topk_indices(tensor: torch.Tensor, k: int) -> torch.Tensor:
-    """Indices of the ``k`` elements of largest magnitude."""
-    return torch.topk(tensor.abs(), k, sorted=False).indices
+    """Indices of the ``k`` elements of largest magnitude (unordered).
+
+    NumPy's introselect (``argpartition``, O(n)) is several times faster on a CPU than
+    ``torch.topk``; ties at the k-th magnitude are broken arbitrarily, as in torch.
+    """
+    n = tensor.numel()
+    if k >= n:
+        return torch.arange(n)
+    mags = np.abs(tensor.detach().numpy())
+    return torch.from_numpy(np.argpartition(mags, n - k)[n - k:])
 
 
 class TopK(Sparsifier):
