@@ -1,0 +1,261 @@
+"""``dlcomm simulate``: predict training iterations on planned clusters (docs/simulation.md).
+
+    dlcomm simulate --workload gpt3-175b --accelerators 1024 --topology fattree \\
+        --parallelism dp=16,pp=8,tp=8 --exchange ring --json s.json --plot s.png
+    dlcomm simulate --workload resnet50 --topology fattree,hxmesh:a=2 \\
+        --exchange ring,switch,compressed:method=fp16 --sweep accelerators=64,256,1024,4096
+    dlcomm simulate validate --json v.json          (root: emulated networks)
+    dlcomm simulate calibrate --workers 4 --bandwidth 1gbit --json c.json
+    dlcomm simulate packet --workers 4 --size 4MB --bandwidth 1gbit --json p.json
+    dlcomm simulate reproduce switchml|hammingmesh --json r.json
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+__all__ = ["simulate"]
+
+
+def _say(quiet: bool) -> Any:
+    return None if quiet else (lambda line: click.echo(f"  {line}", err=True))
+
+
+def _load_calibration(path: str | None) -> dict[str, dict[str, float]] | None:
+    if not path:
+        return None
+    from dlcomm.errors import ConfigError
+    from dlcomm.results import read_table_file
+
+    doc = read_table_file(path, "calibration file")
+    table = doc.get("calibration", {}).get("exchanges") if doc.get("kind") == \
+        "simulate-calibrate" else doc.get("exchanges")
+    if not isinstance(table, dict) or not table:
+        raise ConfigError(f"calibration file {path} holds no exchanges (write one with "
+                          "`dlcomm simulate calibrate --json`)")
+    try:
+        return {ex: {"overhead_s": float(v["overhead_s"]), "efficiency": float(v["efficiency"])}
+                for ex, v in table.items()}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"calibration file {path}: bad entry ({exc})") from None
+
+
+@click.group(invoke_without_command=True)
+@click.option("--workload", help="Catalog model (dlcomm workloads list).")
+@click.option("--accelerators", "-n", type=int, default=0,
+              help="Size the topology to about N accelerators (default: the spec's size).")
+@click.option("--topology", default="fattree", show_default=True,
+              help="Planner topology spec(s), comma-separated (dlcomm topo list).")
+@click.option("--parallelism", default="", help="dp=..,pp=..,tp=..[,ep=,micro=,batch=,bytes=] "
+              "or DPxPPxTP (default: data parallel; a missing dp fills N / (pp x tp)).")
+@click.option("--exchange", default="ring", show_default=True,
+              help="ring, switch, sparse-switch, auto, compressed:method=M[,over=E]; "
+                   "comma-separated for what-if comparisons.")
+@click.option("--compress", help="Compressor spec wrapping every exchange (fp16, "
+              "topk:ratio=0.01, powersgd, ...).")
+@click.option("--compress-ratio", type=float, help="Wire bytes per float32 byte (default: "
+              "measured by running the compressor).")
+@click.option("--compress-gbps", type=float, default=100.0, show_default=True,
+              help="GB/s of float32 data the accelerator compresses (and decompresses).")
+@click.option("--density", type=float, default=1.0, show_default=True,
+              help="Sparse exchanges: fraction of non-zero gradient blocks per worker.")
+@click.option("--sparse-pattern", type=click.Choice(["shared", "independent"]),
+              default="shared", show_default=True)
+@click.option("--accelerator", default="v100", show_default=True)
+@click.option("--efficiency", type=float, help="Fraction of peak FLOP/s (default 0.4).")
+@click.option("--algorithm", default="best", show_default=True,
+              help="Host all-reduce: best, ring, tree, halving-doubling, doubling, torus, "
+                   "hierarchical[:H].")
+@click.option("--placement", type=click.Choice(["linear", "random"]), default="linear",
+              show_default=True)
+@click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]), default="1f1b",
+              show_default=True)
+@click.option("--alpha-us", type=float, default=1.0, show_default=True,
+              help="Latency per message (us).")
+@click.option("--hop-latency-us", type=float, default=0.5, show_default=True,
+              help="Latency per link of a route (us).")
+@click.option("--bucket-mb", type=float, default=25.0, show_default=True,
+              help="DDP bucket cap (MiB).")
+@click.option("--link-rate", default="400gbit", show_default=True)
+@click.option("--ports", type=int, default=4, show_default=True)
+@click.option("--radix", type=int, default=64, show_default=True)
+@click.option("--replicate-embeddings", is_flag=True,
+              help="Recommenders: all-reduce embeddings (plain DP) instead of sharding them.")
+@click.option("--calibration", "calibration_file", type=click.Path(dir_okay=False),
+              help="Exchange constants from `dlcomm simulate calibrate --json`.")
+@click.option("--sweep", help="accelerators=N,N,...: one simulation per size.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "json_path", help="Write the JSON result (kind simulate) here.")
+@click.option("--plot", help="Write a PNG here.")
+@click.option("--quiet", is_flag=True, help="No progress lines and no table.")
+@click.pass_context
+def simulate(ctx: click.Context, workload: str | None, accelerators: int, topology: str,
+             parallelism: str, exchange: str, compress: str | None,
+             compress_ratio: float | None, compress_gbps: float, density: float,
+             sparse_pattern: str, accelerator: str, efficiency: float | None, algorithm: str,
+             placement: str, schedule: str, alpha_us: float, hop_latency_us: float,
+             bucket_mb: float, link_rate: str, ports: int, radix: int,
+             replicate_embeddings: bool, calibration_file: str | None, sweep: str | None,
+             seed: int, json_path: str | None, plot: str | None, quiet: bool) -> None:
+    """Simulate one training iteration of a workload on a planned topology."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from dlcomm.errors import ConfigError
+    from dlcomm.options import split_specs
+    from dlcomm.registry import parse_rate
+    from dlcomm.results import check_writable, write_json
+    from dlcomm.simulate.iteration import SimConfig
+    from dlcomm.simulate.report import plot_simulation, print_simulation
+    from dlcomm.simulate.sweep import parse_sweep, run_simulations
+
+    if not workload:
+        raise ConfigError("--workload is required (or a subcommand: validate, calibrate, "
+                          "packet, reproduce)")
+    topologies = split_specs(topology)
+    exchanges = split_specs(exchange)
+    if not topologies or not exchanges:
+        raise ConfigError("--topology and --exchange need at least one spec")
+    sizes = parse_sweep(sweep) if sweep else None
+    base = SimConfig(workload, topologies[0], accelerators, parallelism, exchanges[0], compress,
+                     compress_ratio, compress_gbps, density, sparse_pattern, accelerator,
+                     efficiency, algorithm, placement, schedule, alpha_us, hop_latency_us,
+                     bucket_mb, dilation=1.0, link_rate_gbps=parse_rate(link_rate) / 1e9,
+                     ports=ports, radix=radix, replicate_embeddings=replicate_embeddings,
+                     seed=seed, calibration=_load_calibration(calibration_file))
+    for spec in exchanges:
+        SimConfig(workload, exchange=spec)
+    check_writable(json_path, "--json")
+    check_writable(plot, "--plot")
+    result = run_simulations(base, topologies, exchanges, sizes, _say(quiet))
+    if json_path:
+        write_json(json_path, result)
+    if plot:
+        plot_simulation(result, plot)
+    if not quiet:
+        print_simulation(result, json_path)
+
+
+@simulate.command("validate")
+@click.option("--workloads", default="resnet50,vgg19,bert-base", show_default=True)
+@click.option("--workers", default="4,8", show_default=True)
+@click.option("--dilations", default="10,20", show_default=True,
+              help="Time dilation K per worker count.")
+@click.option("--bandwidth", default="10gbit", show_default=True, help="Real-scale link rate.")
+@click.option("--iterations", type=int, default=2, show_default=True)
+@click.option("--warmup", type=int, default=1, show_default=True)
+@click.option("--reps", type=int, default=3, show_default=True,
+              help="Repetitions per calibration all-reduce.")
+@click.option("--json", "json_path", help="Write the JSON result (kind simulate-validate).")
+@click.option("--quiet", is_flag=True)
+def validate_cmd(workloads: str, workers: str, dilations: str, bandwidth: str, iterations: int,
+                 warmup: int, reps: int, json_path: str | None, quiet: bool) -> None:
+    """Emulator vs simulator: ring and switch, iteration times and errors (needs root)."""
+    from dlcomm.emulate.cluster import require_root
+    from dlcomm.errors import ConfigError
+    from dlcomm.registry import parse_rate
+    from dlcomm.results import check_writable, write_json
+    from dlcomm.simulate.report import print_validation
+    from dlcomm.simulate.validate import ValidateConfig, validate
+
+    try:
+        counts = tuple(int(x) for x in workers.split(","))
+        ks = tuple(float(x) for x in dilations.split(","))
+    except ValueError:
+        raise ConfigError("--workers and --dilations are comma-separated numbers") from None
+    cfg = ValidateConfig(tuple(w.strip() for w in workloads.split(",") if w.strip()), counts,
+                         ks, bandwidth_bps=parse_rate(bandwidth), iterations=iterations,
+                         warmup=warmup, reps=reps)
+    check_writable(json_path, "--json")
+    require_root()
+    result = validate(cfg, _say(quiet))
+    if json_path:
+        write_json(json_path, result)
+    if not quiet:
+        print_validation(result, json_path)
+
+
+@simulate.command("calibrate")
+@click.option("--workers", type=int, default=4, show_default=True)
+@click.option("--bandwidth", default="1gbit", show_default=True, help="Emulated link rate.")
+@click.option("--exchange", default="ring,switch", show_default=True)
+@click.option("--sizes", default="4MB,26MB,100MB", show_default=True)
+@click.option("--reps", type=int, default=3, show_default=True)
+@click.option("--json", "json_path", help="Write the JSON result (kind simulate-calibrate).")
+def calibrate_cmd(workers: int, bandwidth: str, exchange: str, sizes: str, reps: int,
+                  json_path: str | None) -> None:
+    """Fit each exchange's overhead and efficiency on an emulated star (needs root)."""
+    from dlcomm.emulate.cluster import require_root
+    from dlcomm.options import split_specs
+    from dlcomm.registry import parse_rate, parse_size
+    from dlcomm.results import check_writable, new_result, write_json
+    from dlcomm.simulate.calibrate import CalibrationConfig, calibrate
+
+    cfg = CalibrationConfig(workers, parse_rate(bandwidth), tuple(split_specs(exchange)),
+                            tuple(parse_size(s) for s in sizes.split(",")), reps)
+    for ex in cfg.exchanges:
+        if ex not in ("ring", "switch"):
+            from dlcomm.errors import ConfigError
+            raise ConfigError(f"calibration fits ring and switch, not {ex!r}")
+    check_writable(json_path, "--json")
+    require_root()
+    cal = calibrate(cfg, _say(False))
+    result = new_result("simulate-calibrate", cal["config"])
+    result["calibration"] = cal
+    result["summary"] = {ex: {k: f[k] for k in ("overhead_s", "efficiency", "fit_max_rel_error")}
+                         for ex, f in cal["exchanges"].items()}
+    if json_path:
+        write_json(json_path, result)
+    for ex, f in result["summary"].items():
+        click.echo(f"{ex}: overhead {f['overhead_s'] * 1e3:.1f} ms per call, efficiency "
+                   f"{f['efficiency']:.3f} x the flow model (fit within "
+                   f"{f['fit_max_rel_error']:.1%})")
+
+
+@simulate.command("packet")
+@click.option("--workers", type=int, default=4, show_default=True)
+@click.option("--size", default="4MB", show_default=True)
+@click.option("--bandwidth", default="1gbit", show_default=True)
+@click.option("--latency-us", type=float, default=5.0, show_default=True)
+@click.option("--k", type=int, default=1024, show_default=True, help="Elements per packet.")
+@click.option("--window", type=int, default=8, show_default=True, help="Slots per worker.")
+@click.option("--json", "json_path", help="Write the JSON result (kind simulate-packet).")
+def packet_cmd(workers: int, size: str, bandwidth: str, latency_us: float, k: int, window: int,
+               json_path: str | None) -> None:
+    """Drive the switch's dataplane over the fake network; compare with the flow model."""
+    from dlcomm.registry import parse_rate, parse_size
+    from dlcomm.results import check_writable, new_result, write_json
+    from dlcomm.simulate.packet import packet_check
+    from dlcomm.simulate.report import print_packet
+
+    check_writable(json_path, "--json")
+    check = packet_check(workers, parse_size(size), parse_rate(bandwidth), latency_us * 1e-6,
+                         k, window)
+    result = new_result("simulate-packet", {"workers": workers, "size": size,
+                                            "bandwidth": bandwidth, "latency_us": latency_us,
+                                            "k": k, "window": window})
+    result["check"] = check
+    result["summary"] = {key: check[key] for key in ("virtual_s", "flow_model_s",
+                                                     "flow_model_error", "packet_model_error")}
+    if json_path:
+        write_json(json_path, result)
+    print_packet(result, json_path)
+
+
+@simulate.command("reproduce")
+@click.argument("which", type=click.Choice(["switchml", "hammingmesh"]))
+@click.option("--json", "json_path", help="Write the JSON result (kind simulate-reproduce).")
+@click.option("--quiet", is_flag=True)
+def reproduce_cmd(which: str, json_path: str | None, quiet: bool) -> None:
+    """Reproduce a published comparison (docs/simulation.md)."""
+    from dlcomm.results import check_writable, write_json
+    from dlcomm.simulate.report import print_reproduction
+    from dlcomm.simulate.reproduce import REPRODUCTIONS
+
+    check_writable(json_path, "--json")
+    result = REPRODUCTIONS[which](_say(quiet))
+    if json_path:
+        write_json(json_path, result)
+    if not quiet:
+        print_reproduction(result, json_path)

@@ -1,0 +1,322 @@
+"""Event-driven schedule of one training iteration, on a fluid network.
+
+Every pipeline stage stands for all its replicas (DP) and tensor-parallel ranks, which do
+the same thing at the same time; so the simulation follows ``pp`` stage processes, not
+thousands of ranks. Steps:
+
+1. Each stage runs its operations in schedule order: 1F1B (PipeDream-Flush; Narayanan
+   et al., SC'21: stage s does min(p-s-1, m) forwards, then alternates one forward and one
+   backward, then drains the backwards) or GPipe (all forwards, then all backwards). A
+   forward of micro-batch j waits for its activations from stage s-1, a backward for its
+   gradient from stage s+1.
+2. An operation is a list of segments: compute (a fixed time), then optionally a blocking
+   collective (tensor-parallel all-reduces, MoE all-to-alls, embedding all-to-alls) that
+   the stage waits for.
+3. When a forward ends, its activations go to the next stage, when a backward ends its
+   input gradient goes to the previous one (point-to-point calls, first in first out per
+   link direction).
+4. Data parallelism as DDP overlaps it: during the stage's last backward, a gradient
+   bucket is ready when the compute of its last layer ends; buckets enter a FIFO queue
+   per stage (and per gradient group), each all-reduce starting when the previous one
+   ends and its bucket is ready, concurrently with the remaining compute.
+5. The network is fluid: every collective in flight moves its bytes at the max-min fair
+   rate of its pattern among all active ones (``dlcomm.simulate.network.Sharing``);
+   rates are recomputed whenever a transfer starts or ends. A call's fixed time and
+   latencies are timers that do not use the network.
+6. A stage is done when its last operation and its gradient queues are done; the
+   iteration is the latest stage (the optimizer step is not modelled).
+
+With uniform stages and no communication this gives (m + p - 1)(t_f + t_b), the bubble
+(p-1)/(m+p-1) of GPipe and 1F1B (tested).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter, defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable
+
+from dlcomm.errors import ConfigError
+from dlcomm.simulate.collective import Call
+from dlcomm.simulate.network import Sharing
+
+__all__ = ["Segment", "StagePlan", "StageTimes", "Timeline", "SCHEDULES", "stage_order",
+           "simulate_schedule", "compute_only"]
+
+SCHEDULES = ("1f1b", "gpipe")
+
+
+@dataclass(frozen=True)
+class Segment:
+    compute_s: float = 0.0
+    call: Call | None = None                 # blocking collective after the compute
+    buckets: tuple[int, ...] = ()            # gradient buckets ready after the compute
+
+
+@dataclass
+class StagePlan:
+    forward: list[Segment]                   # one micro-batch's forward
+    backward: list[Segment]                  # one micro-batch's backward
+    send_forward: Call | None = None         # activations to stage s+1, per micro-batch
+    send_backward: Call | None = None        # input gradients to stage s-1
+    buckets: list[Call] = field(default_factory=list)   # DP calls in bucket order
+
+
+@dataclass
+class StageTimes:
+    stage: int
+    end_s: float = 0.0
+    compute_s: float = 0.0
+    blocking_comm_s: dict[str, float] = field(default_factory=dict)
+    last_backward_end_s: float = 0.0
+    gradient_end_s: float = 0.0
+    intervals: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+
+    @property
+    def busy_comm_s(self) -> dict[str, float]:
+        return {dim: _union(iv) for dim, iv in self.intervals.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        blocking = sum(self.blocking_comm_s.values())
+        return {"stage": self.stage, "end_s": self.end_s, "compute_s": self.compute_s,
+                "blocking_comm_s": dict(self.blocking_comm_s),
+                "idle_s": max(self.last_backward_end_s - self.compute_s - blocking, 0.0),
+                "gradient_tail_s": max(self.gradient_end_s - self.last_backward_end_s, 0.0),
+                "comm_busy_s": self.busy_comm_s}
+
+
+@dataclass
+class Timeline:
+    iteration_s: float
+    stages: list[StageTimes]
+    events: int
+    rate_solves: int
+
+
+def _union(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, -math.inf
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def stage_order(schedule: str, pp: int, stage: int, micro: int) -> list[tuple[str, int]]:
+    """Operations ("F"/"B", micro-batch) of ``stage`` in the order it runs them."""
+    if schedule == "gpipe":
+        return [("F", j) for j in range(micro)] + [("B", j) for j in range(micro)]
+    if schedule != "1f1b":
+        raise ConfigError(f"unknown schedule {schedule!r} (known: {', '.join(SCHEDULES)})")
+    warm = min(pp - stage - 1, micro)
+    ops = [("F", j) for j in range(warm)]
+    for i in range(micro - warm):
+        ops += [("F", warm + i), ("B", i)]
+    ops += [("B", j) for j in range(micro - warm, micro)]
+    return ops
+
+
+class _Engine:
+    """Timers and fluid transfers (module docstring, step 5)."""
+
+    def __init__(self, sharing: Sharing) -> None:
+        self.sharing = sharing
+        self.now = 0.0
+        self.heap: list[tuple[float, int, Callable[[], None]]] = []
+        self.seq = 0
+        self.active: dict[int, list[Any]] = {}   # id -> [pattern, remaining, rate, done]
+        self.dirty = False
+        self.events = 0
+
+    def at(self, t: float, fn: Callable[[], None]) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, fn))
+
+    def transfer(self, pattern: Hashable, nbytes: float, done: Callable[[], None]) -> None:
+        self.seq += 1
+        self.active[self.seq] = [pattern, nbytes, 0.0, done]
+        self.dirty = True
+
+    def _rates(self) -> None:
+        count = Counter(t[0] for t in self.active.values())
+        rates = self.sharing.rates(count)
+        for t in self.active.values():
+            t[2] = rates[t[0]]
+        self.dirty = False
+
+    def run(self) -> None:
+        while self.heap or self.active:
+            self.events += 1
+            if self.dirty:
+                self._rates()
+            t_net = min((self.now + t[1] / t[2] for t in self.active.values()),
+                        default=math.inf)
+            t_ev = self.heap[0][0] if self.heap else math.inf
+            t = min(t_net, t_ev)
+            if not math.isfinite(t):
+                raise RuntimeError("schedule deadlock: nothing left to happen")
+            dt = t - self.now
+            if dt > 0:
+                for tr in self.active.values():
+                    tr[1] -= tr[2] * dt
+            self.now = max(self.now, t)
+            if t_net <= t_ev:
+                limit = 1e-9 * max(self.now, 1e-9)
+                done = [k for k, tr in self.active.items() if tr[1] <= tr[2] * limit]
+                for k in done:
+                    callback = self.active.pop(k)[3]
+                    self.dirty = True
+                    callback()
+            else:
+                _, _, fn = heapq.heappop(self.heap)
+                fn()
+
+
+def compute_only(stages: list[StagePlan]) -> list[StagePlan]:
+    """The same stages without any communication: what the pipeline alone costs
+    (compute plus bubble), the baseline that exposed communication is measured from."""
+    def strip(segments: list[Segment]) -> list[Segment]:
+        return [Segment(sum(seg.compute_s for seg in segments))]
+    out = []
+    for s, plan in enumerate(stages):
+        none = Call("pp", s, "p2p", "none", 0.0, ())
+        out.append(StagePlan(strip(plan.forward), strip(plan.backward),
+                             none if s + 1 < len(stages) else None, none if s else None))
+    return out
+
+
+def simulate_schedule(stages: list[StagePlan], micro: int, sharing: Sharing,
+                      schedule: str = "1f1b") -> Timeline:
+    """Run one iteration (module docstring) and return when everything ended."""
+    pp = len(stages)
+    eng = _Engine(sharing)
+    times = [StageTimes(s) for s in range(pp)]
+    orders = [stage_order(schedule, pp, s, micro) for s in range(pp)]
+    arrived: list[set[tuple[str, int]]] = [set() for _ in range(pp)]
+    position = [0] * pp
+    busy = [False] * pp
+    queues: dict[Hashable, deque[Callable[[Callable[[], None]], None]]] = defaultdict(deque)
+    running: dict[Hashable, bool] = defaultdict(bool)
+
+    def run_call(call: Call, stage: int, done: Callable[[], None]) -> None:
+        start = eng.now
+
+        def finish() -> None:
+            times[stage].intervals.setdefault(call.dim, []).append((start, eng.now))
+            done()
+
+        def step(i: int) -> None:
+            if i == len(call.steps):
+                finish()
+                return
+            st = call.steps[i]
+
+            def send() -> None:
+                if st.nbytes > 0:
+                    eng.transfer(st.pattern, st.nbytes, lambda: step(i + 1))
+                else:
+                    step(i + 1)
+            if st.latency_s > 0:
+                eng.at(eng.now + st.latency_s, send)
+            else:
+                send()
+        if call.fixed_s > 0:
+            eng.at(eng.now + call.fixed_s, lambda: step(0))
+        else:
+            step(0)
+
+    def enqueue(queue: Hashable, call: Call, stage: int, done: Callable[[], None]) -> None:
+        """FIFO per queue: a call starts when the one before it has ended."""
+        def go(next_one: Callable[[], None]) -> None:
+            def finished() -> None:
+                done()
+                next_one()
+            run_call(call, stage, finished)
+        queues[queue].append(go)
+        if not running[queue]:
+            pump(queue)
+
+    def pump(queue: Hashable) -> None:
+        if not queues[queue]:
+            running[queue] = False
+            return
+        running[queue] = True
+        queues[queue].popleft()(lambda: pump(queue))
+
+    def bucket_done(stage: int) -> None:
+        times[stage].gradient_end_s = max(times[stage].gradient_end_s, eng.now)
+
+    def try_start(s: int) -> None:
+        if busy[s] or position[s] >= len(orders[s]):
+            return
+        kind, j = orders[s][position[s]]
+        if kind == "F" and s > 0 and ("act", j) not in arrived[s]:
+            return
+        if kind == "B" and s < pp - 1 and ("grad", j) not in arrived[s]:
+            return
+        busy[s] = True
+        last = position[s] == len(orders[s]) - 1
+        plan = stages[s]
+        segments = plan.forward if kind == "F" else plan.backward
+        run_segments(s, segments, 0, last and kind == "B", lambda: op_done(s, kind, j))
+
+    def run_segments(s: int, segments: list[Segment], i: int, final: bool,
+                     done: Callable[[], None]) -> None:
+        if i == len(segments):
+            done()
+            return
+        seg = segments[i]
+
+        def after_compute() -> None:
+            if final:
+                for b in seg.buckets:
+                    call = stages[s].buckets[b]
+                    enqueue(("grad", s, call.dim), call, s, lambda: bucket_done(s))
+            if seg.call is not None:
+                t0 = eng.now
+
+                def blocked() -> None:
+                    dim = seg.call.dim if seg.call else ""
+                    bc = times[s].blocking_comm_s
+                    bc[dim] = bc.get(dim, 0.0) + eng.now - t0
+                    run_segments(s, segments, i + 1, final, done)
+                run_call(seg.call, s, blocked)
+            else:
+                run_segments(s, segments, i + 1, final, done)
+        if seg.compute_s > 0:
+            times[s].compute_s += seg.compute_s
+            eng.at(eng.now + seg.compute_s, after_compute)
+        else:
+            after_compute()
+
+    def op_done(s: int, kind: str, j: int) -> None:
+        busy[s] = False
+        position[s] += 1
+        plan = stages[s]
+        if kind == "F" and s + 1 < pp:
+            call = plan.send_forward
+            assert call is not None
+            enqueue(("p2p", s, "F"), call, s, lambda: deliver(s + 1, ("act", j)))
+        if kind == "B":
+            times[s].last_backward_end_s = eng.now
+            if s > 0:
+                call = plan.send_backward
+                assert call is not None
+                enqueue(("p2p", s, "B"), call, s, lambda: deliver(s - 1, ("grad", j)))
+        try_start(s)
+
+    def deliver(s: int, what: tuple[str, int]) -> None:
+        arrived[s].add(what)
+        try_start(s)
+
+    for s in range(pp):
+        try_start(s)
+    eng.run()
+    for s, st in enumerate(times):
+        if position[s] != len(orders[s]):
+            raise RuntimeError(f"stage {s} stopped after {position[s]} of "
+                               f"{len(orders[s])} operations")
+        st.end_s = max(st.last_backward_end_s, st.gradient_end_s)
+    return Timeline(max(t.end_s for t in times), times, eng.events, sharing.solves)
