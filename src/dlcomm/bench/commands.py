@@ -173,3 +173,92 @@ def bench_train(exchanges: str, target: str, json_path: str | None,
         click.echo(f"{row['exchange']:>28}: {row['time_per_step_s'] * 1e3:8.1f} ms/step, "
                    f"{row['bytes_sent_per_worker_per_step'] / 1e6:8.3f} MB sent/step, "
                    f"{'target at ' + format(ttt, '.1f') + ' s' if ttt is not None else 'target not reached'}")
+
+
+def _keyed(values: tuple[str, ...], convert: Any, what: str) -> dict[str, Any]:
+    """``NAME=VALUE`` options -> {NAME: convert(VALUE)}, with a one-line error."""
+    from dlcomm.errors import ConfigError
+
+    out = {}
+    for item in values:
+        key, eq, value = item.partition("=")
+        try:
+            out[key.strip()] = convert(value)
+        except ValueError:
+            raise ConfigError(f"bad {what} {item!r} (expected WORKLOAD=VALUE)") from None
+        if not eq or not key.strip():
+            raise ConfigError(f"bad {what} {item!r} (expected WORKLOAD=VALUE)")
+    return out
+
+
+@bench.command("compression")
+@click.option("--parts", default="throughput,accuracy,train", show_default=True,
+              help="Which parts: throughput, accuracy, train, emulate (comma-separated).")
+@click.option("--size", default="100MB", show_default=True, help="Tensor of the throughput part.")
+@click.option("--reps", type=int, default=3, show_default=True)
+@click.option("--throughput-methods", default="", help="Compressor specs, comma-separated "
+              "(default: every registered compressor with its defaults).")
+@click.option("--methods", default="none;fp16;powersgd:rank=4@powersgd;"
+              "topk:ratio=0.01@residual;adaptive", show_default=True,
+              help="Methods of the accuracy and train parts: SPEC[@MEMORY], ';'-separated.")
+@click.option("--workload", "workloads", multiple=True, default=("digits-cnn",),
+              show_default=True, help="Workload spec (repeatable).")
+@click.option("--target", "targets", multiple=True, default=("digits-cnn=0.95",),
+              show_default=True, help="WORKLOAD=VALUE: accuracy to rise to, or perplexity to "
+              "fall to (repeatable).")
+@click.option("--bandwidths", default="100mbit,1gbit", show_default=True,
+              help="Emulated link rates of the train part.")
+@click.option("--workers", type=int, default=4, show_default=True)
+@click.option("--epochs", type=int, help="Epochs per train-part run (default: the workload's).")
+@click.option("--steps", multiple=True, help="WORKLOAD=N: stop that workload after N steps.")
+@click.option("--eval-every", multiple=True, help="WORKLOAD=N: evaluate every N steps.")
+@click.option("--seeds", type=int, default=3, show_default=True, help="Accuracy part seeds.")
+@click.option("--accuracy-epochs", type=int, default=8, show_default=True)
+@click.option("--emulate-models", default="resnet50:8,bert-large:4", show_default=True,
+              help="MODEL:WORKERS of the emulate part, comma-separated.")
+@click.option("--emulate-bandwidth", default="10gbit", show_default=True)
+@click.option("--emulate-methods", default="fp16;powersgd:rank=4@powersgd;"
+              "topk:ratio=0.01@residual", show_default=True)
+@click.option("--json", "json_path", help="Write the JSON result here.")
+@click.option("--plot", help="Write a PNG of the results here.")
+def bench_compression(parts: str, size: str, reps: int, throughput_methods: str, methods: str,
+                      workloads: tuple[str, ...], targets: tuple[str, ...], bandwidths: str,
+                      workers: int, epochs: int | None, steps: tuple[str, ...],
+                      eval_every: tuple[str, ...], seeds: int, accuracy_epochs: int,
+                      emulate_models: str, emulate_bandwidth: str, emulate_methods: str,
+                      json_path: str | None, plot: str | None) -> None:
+    """Does compression pay? Throughput, accuracy, time to target, emulated big models."""
+    from dlcomm.bench.compression import (CompressionBench, parse_methods, plot_compression,
+                                          print_compression_tables, run_compression_bench)
+    from dlcomm.compress import make_compressor
+    from dlcomm.errors import ConfigError
+    from dlcomm.registry import parse_size
+    from dlcomm.results import check_writable, write_json
+
+    thr = tuple(split_specs(throughput_methods))
+    for spec in thr:
+        make_compressor(spec)
+    models = []
+    for item in filter(None, (p.strip() for p in emulate_models.split(","))):
+        model, _, count = item.partition(":")
+        if not count.isdigit():
+            raise ConfigError(f"bad --emulate-models entry {item!r} (expected MODEL:WORKERS)")
+        models.append((model, int(count)))
+    cfg = CompressionBench(
+        parts=tuple(p.strip() for p in parts.split(",") if p.strip()), throughput_methods=thr,
+        size_bytes=parse_size(size), reps=reps, methods=tuple(parse_methods(methods)),
+        workloads=workloads, targets=_keyed(targets, float, "--target"),
+        bandwidths=tuple(b.strip() for b in bandwidths.split(",") if b.strip()),
+        workers=workers, epochs=epochs, steps=_keyed(steps, int, "--steps"),
+        eval_every=_keyed(eval_every, int, "--eval-every"), seeds=seeds,
+        accuracy_epochs=accuracy_epochs, emulate_models=tuple(models),
+        emulate_bandwidth=emulate_bandwidth,
+        emulate_methods=tuple(parse_methods(emulate_methods)))
+    check_writable(json_path)
+    check_writable(plot, "--plot")
+    result = run_compression_bench(cfg, progress=lambda msg: click.echo(msg, err=True))
+    if json_path:
+        write_json(json_path, result)
+    if plot:
+        plot_compression(result, plot)
+    print_compression_tables(result, json_path)

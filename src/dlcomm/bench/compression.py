@@ -35,6 +35,10 @@ __all__ = ["Method", "parse_methods", "CompressionBench", "run_compression_bench
            "throughput_rows", "print_compression_tables", "plot_compression", "PARTS"]
 
 PARTS = ("throughput", "accuracy", "train", "emulate")
+# every compressor with its defaults, but threshold's tau set to keep 1% of N(0, 1) data
+DEFAULT_THROUGHPUT = ["none", "fp16", "bf16", "topk", "randomk", "threshold:tau=2.576", "dgc",
+                      "qsgd", "terngrad", "u8bit", "signsgd", "signum", "efsignsgd", "onebit",
+                      "natural", "powersgd"]
 Progress = Callable[[str], None]
 
 
@@ -146,7 +150,7 @@ def throughput_rows(names: list[str], size_bytes: int, reps: int, world: int = 4
             "aggregation": "all-reduce" if compressor.summable else
             f"all-gather ({compressor.aggregation})",
             "size_bytes": numel * 4, "compress_s": c, "decompress_s": d,
-            "throughput_MBps": numel * 4 / 1e6 / (c + d),
+            "throughput_MBps": numel * 4 / 1e6 / (c + d) if c + d > 1e-5 else None,
             "payload_bytes": payload_bytes, "compression_ratio": numel * 4 / payload_bytes,
             "ring_wire_bytes_per_element": ring / numel,
             "switch_wire_bytes_per_element": switch / numel if compressor.summable else None,
@@ -350,7 +354,7 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
                 r["method"]] = r["speedup_over_uncompressed"]
     thr = result.get("throughput") or []
     if thr:
-        out["throughput_MBps"] = {r["method"]: r["throughput_MBps"] for r in thr}
+        out["throughput_MBps"] = {r["method"]: r["throughput_MBps"] for r in thr}  # None: no work
         out["compression_ratio"] = {r["method"]: r["compression_ratio"] for r in thr}
     return out
 
@@ -358,15 +362,13 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
 def run_compression_bench(cfg: CompressionBench, progress: Progress = lambda _: None
                           ) -> dict[str, Any]:
     """Run the selected parts and return the ``bench-compression`` result."""
-    from dlcomm.compress import COMPRESSORS
-
     start = time.perf_counter()
     config = asdict(cfg)
     config["methods"] = [m.label for m in cfg.methods]
     config["emulate_methods"] = [m.label for m in cfg.emulate_methods]
     result = new_result("bench-compression", config)
     if "throughput" in cfg.parts:
-        names = list(cfg.throughput_methods) or COMPRESSORS.names()
+        names = list(cfg.throughput_methods) or DEFAULT_THROUGHPUT
         result["throughput"] = throughput_rows(names, cfg.size_bytes, cfg.reps, cfg.workers,
                                                progress)
     if "accuracy" in cfg.parts:
@@ -390,7 +392,9 @@ def print_compression_tables(result: dict[str, Any], json_path: str | None) -> N
                   title_justify="left")
         for r in result["throughput"]:
             sw = r["switch_wire_bytes_per_element"]
-            t.add_row(r["method"], f"{r['throughput_MBps']:.0f}", f"{r['compression_ratio']:.1f}",
+            mbps = r["throughput_MBps"]
+            t.add_row(r["method"], f"{mbps:.0f}" if mbps else "no work",
+                      f"{r['compression_ratio']:.1f}",
                       f"{r['ring_wire_bytes_per_element']:.3f}",
                       f"{sw:.3f}" if sw is not None else "-", f"{r['relative_error']:.3f}",
                       r["aggregation"])
@@ -431,7 +435,7 @@ def plot_compression(result: dict[str, Any], path: str | Path) -> Path:
     fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.5), squeeze=False)
     for ax, part in zip(axes[0], panels):
         if part == "throughput":
-            rows = result["throughput"]
+            rows = [r for r in result["throughput"] if r["throughput_MBps"]]
             names = [r["method"] for r in rows]
             ax.bar(names, [r["throughput_MBps"] for r in rows], color="C0")
             ax.set_yscale("log")
