@@ -38,7 +38,7 @@ PARTS = ("throughput", "accuracy", "train", "emulate")
 # every compressor with its defaults, but threshold's tau set to keep 1% of N(0, 1) data
 DEFAULT_THROUGHPUT = ["none", "fp16", "bf16", "topk", "randomk", "threshold:tau=2.576", "dgc",
                       "qsgd", "terngrad", "u8bit", "signsgd", "signum", "efsignsgd", "onebit",
-                      "natural", "powersgd"]
+                      "natural", "powersgd", "powersgd:rank=4"]
 Progress = Callable[[str], None]
 
 
