@@ -9,9 +9,9 @@ benchmarks all-reduce them). Speedup = ring iteration time / switch iteration ti
 
 ``hammingmesh``: HammingMesh (Hoefler et al., SC'22) against fat trees at ~1,024
 accelerators: per topology the network cost (``dlcomm.plan.prices``), and for ResNet-50
-(data parallel over all accelerators) and GPT-3 175B (DP 16 x PP 8 x TP 8) the simulated
-iteration, its exposed communication, and performance per dollar relative to the
-non-blocking fat tree: (T_FT x cost_FT) / (T x cost) (above 1: more training per dollar).
+(data parallel over all accelerators) and GPT-3 175B (PP 8 x TP 8, DP = N / 64: 16 at
+1,024) the simulated iteration, its exposed communication, and performance per dollar
+relative to the non-blocking fat tree: (T_FT x cost_FT) / (T x cost) (above 1: more training per dollar).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ SWITCHML_MODELS = ("resnet50", "resnet152", "vgg19", "alexnet", "bert-base", "ls
                    "ncf", "dlrm")
 HXMESH_TOPOLOGIES = ("fattree", "fattree:taper=0.5", "fattree:taper=0.75", "dragonfly",
                      "torus2d", "hyperx2d", "hxmesh:a=2", "hxmesh:a=4")
-HXMESH_WORKLOADS = (("resnet50", ""), ("gpt3-175b", "dp=16,pp=8,tp=8"))
+HXMESH_WORKLOADS = (("resnet50", ""), ("gpt3-175b", "pp=8,tp=8"))   # dp fills N
 
 Say = Callable[[str], None] | None
 

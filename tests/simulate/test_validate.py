@@ -1,0 +1,65 @@
+"""Calibration fits and the validation's bookkeeping (the emulator itself: make bench)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dlcomm.errors import ConfigError
+from dlcomm.simulate import validate as validate_mod
+from dlcomm.simulate.calibrate import fit, modelled_allreduce_s, star_spec
+from dlcomm.simulate.validate import ValidateConfig
+
+
+def test_fit_recovers_overhead_and_efficiency() -> None:
+    modelled = [0.032, 0.21, 0.8]
+    measured = [0.07 + 1.08 * m for m in modelled]
+    a, c = fit(modelled, measured)
+    assert a == pytest.approx(0.07) and c == pytest.approx(1.08)
+    a, c = fit([1.0, 2.0], [0.9, 2.1])          # would need a negative overhead
+    assert a == 0.0 and c == pytest.approx((0.9 + 4.2) / 5)
+
+
+def test_modelled_times_are_the_bandwidth_bounds() -> None:
+    assert modelled_allreduce_s("ring", 8, 1e8, 5e8) == pytest.approx(2 * 7 / 8 * 8e8 / 5e8)
+    assert modelled_allreduce_s("switch", 8, 1e8, 5e8) == pytest.approx(8e8 / 5e8)
+    assert star_spec(4, 1e9) == "fattree:n=4,ports=1,rate=1,ina=1"
+
+
+def test_validation_compares_unseen_measurements(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the emulator and the benchmark replaced by fakes: each case's error is simulated
+    over measured, the simulation uses only the calibration's constants."""
+    seen: dict[str, Any] = {}
+
+    def fake_calibrate(cfg: Any, say: Any) -> dict[str, Any]:
+        seen["calibration"] = cfg
+        return {"config": {}, "exchanges": {
+            ex: {"overhead_s": 0.01, "efficiency": 1.05, "fit_max_rel_error": 0.0,
+                 "points": []} for ex in cfg.exchanges}}
+
+    def fake_emulation(cfg: Any, exchanges: list[str]) -> dict[str, Any]:
+        rows = [{"exchange": ex, "iteration_time_s": 0.2 if ex == "ring" else 0.15,
+                 "measured_iterations_s": [4.0], "comm_busy_s": 0.1, "exposed_comm_s": 0.05}
+                for ex in exchanges]
+        return {"summary": {"wall_time_s": 1.0}, "results": rows}
+
+    monkeypatch.setattr(validate_mod, "calibrate", fake_calibrate)
+    import dlcomm.emulate.emulation as emulation
+    monkeypatch.setattr(emulation, "run_emulation", fake_emulation)
+    cfg = ValidateConfig(workloads=("resnet50",), workers=(4,), dilations=(10.0,))
+    result = validate_mod.validate(cfg)
+    assert seen["calibration"].link_bps == pytest.approx(1e9)
+    assert len(result["cases"]) == 2
+    for case in result["cases"]:
+        assert case["error"] == pytest.approx(case["simulated_s"] / case["measured_s"] - 1)
+        assert case["simulated_s"] > case["ideal_s"]          # overhead and efficiency > 1
+    assert result["kind"] == "simulate-validate"
+    assert result["summary"]["max_abs_error"] == max(abs(c["error"]) for c in result["cases"])
+
+
+def test_validate_config_checks() -> None:
+    with pytest.raises(ConfigError, match="one dilation"):
+        ValidateConfig(workers=(4, 8), dilations=(10.0,))
+    with pytest.raises(ConfigError, match="ring and switch"):
+        ValidateConfig(exchanges=("ring", "sparse-switch"))
