@@ -102,3 +102,20 @@ def test_aggregation_needs_aggregating_switches() -> None:
     net = SimNetwork(build_topology("torus2d:x=2,y=2"), np.arange(4))
     with pytest.raises(ConfigError, match="ina=1"):
         net.phase(("dp", 0), np.arange(4)[None, :], ina_phases(4)[0])
+
+
+@given(st.integers(1, 8), st.integers(1, 30), st.integers(0, 10_000))
+@settings(max_examples=60, deadline=None)
+def test_dense_progressive_filling_is_the_planners_waterfill(k: int, rows: int,
+                                                             seed: int) -> None:
+    import scipy.sparse as sp
+
+    from dlcomm.plan.flows import waterfill
+    from dlcomm.simulate.network import progressive_filling
+
+    rng = np.random.default_rng(seed)
+    loads = rng.random((rows, k)) * (rng.random((rows, k)) < 0.5)
+    loads[rng.integers(rows), :] += 0.1          # every column crosses some row
+    cap = rng.random(rows) * 10 + 0.1
+    expected = waterfill(sp.csc_matrix(loads), cap, np.ones(k), np.full(k, np.inf))
+    assert progressive_filling(loads, cap) == pytest.approx(expected, rel=1e-9)

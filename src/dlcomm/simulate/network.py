@@ -16,8 +16,9 @@ concurrent collectives share it (max-min fairness on the topology's graph, with 
 4. Concurrent collectives (a DP all-reduce under a pipeline transfer, several stages'
    tensor-parallel all-reduces) share links max-min fairly (Bertsekas & Gallager 6.5):
    every active collective is one variable whose flows all move at its rate, and the rates
-   are progressive filling (``dlcomm.plan.flows.waterfill``) over the edges with load
-   matrix [L_P1 ... L_Pk]. Edges with identical capacity and loads are merged first (exact:
+   are progressive filling over the edges with load matrix [L_P1 ... L_Pk] (the planner's
+   ``dlcomm.plan.flows.waterfill`` computes the same; a dense version serves the few
+   collectives that run at once, and is tested against it). Edges with identical capacity and loads are merged first (exact:
    they state the same constraint), and rates are cached per set of active collectives.
 """
 
@@ -29,7 +30,6 @@ from dataclasses import dataclass
 from typing import Any, Hashable
 
 import numpy as np
-import scipy.sparse as sp
 
 from dlcomm.errors import ConfigError
 from dlcomm.plan.flownet import FlowNet
@@ -38,7 +38,7 @@ from dlcomm.plan.topology.base import Topology
 from dlcomm.plan.topology.fattree import FatTree
 from dlcomm.simulate.algorithms import SWITCH, Phase
 
-__all__ = ["Pattern", "SimNetwork", "Sharing", "FLOW_RATE_LIMIT"]
+__all__ = ["Pattern", "SimNetwork", "Sharing", "FLOW_RATE_LIMIT", "progressive_filling"]
 
 FLOW_RATE_LIMIT = 20_000   # patterns up to this many flows also report per-flow max-min rates
 
@@ -169,33 +169,58 @@ class Sharing:
         self.cap = table[:, 0]
         self.loads = table[:, 1:]
         self.isolated = {p.key: p.rate_Bps for p in patterns}
-        self._cache: dict[tuple[tuple[Hashable, int], ...], dict[Hashable, float]] = {}
+        self._cache: dict[tuple[tuple[int, int], ...], dict[int, float]] = {}
         self.solves = 0
 
     def rates(self, active: Counter) -> dict[Hashable, float]:
         """Rate (bytes/s of a weight-1 flow) of each active pattern; ``active`` counts the
         collectives of each pattern that run now (each one gets its own fair share)."""
-        key = tuple(sorted(((k, c) for k, c in active.items() if c > 0), key=repr))
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
-        if len(key) == 1 and key[0][1] == 1:
-            out = {key[0][0]: self.isolated[key[0][0]]}
-        else:
-            out = self._solve(key)
-        self._cache[key] = out
-        return out
+        key = tuple(sorted((self.column[k], c) for k, c in active.items() if c > 0))
+        rates = self.rates_of(key)
+        return {self.keys[j]: rates[j] for j, _ in key}
 
-    def _solve(self, key: tuple[tuple[Hashable, int], ...]) -> dict[Hashable, float]:
+    def rates_of(self, key: tuple[tuple[int, int], ...]) -> dict[int, float]:
+        """:meth:`rates` by column: ``key`` is sorted (column, count) pairs."""
+        hit = self._cache.get(key)
+        if hit is None:
+            if len(key) == 1 and key[0][1] == 1:
+                hit = {key[0][0]: self.isolated[self.keys[key[0][0]]]}
+            else:
+                hit = self._solve(key)
+            self._cache[key] = hit
+        return hit
+
+    def _solve(self, key: tuple[tuple[int, int], ...]) -> dict[int, float]:
         self.solves += 1
-        cols = [self.column[k] for k, c in key for _ in range(c)]
+        cols = [j for j, _ in key]
+        counts = np.array([c for _, c in key], dtype=float)
         block = self.loads[:, cols]
-        live = block.sum(axis=1) > 0
-        matrix = sp.csc_matrix(block[live])
-        rates = waterfill(matrix, self.cap[live], np.ones(len(cols)), np.full(len(cols), np.inf))
-        out: dict[Hashable, float] = {}
-        at = 0
-        for k, c in key:
-            out[k] = float(rates[at])
-            at += c
-        return out
+        live = (block > 0).any(axis=1)
+        # c collectives of one pattern share as c columns of equal rate: one column with
+        # c times the load, whose rate each of them gets
+        rates = progressive_filling(block[live] * counts, self.cap[live])
+        return {j: float(r) for j, r in zip(cols, rates)}
+
+
+def progressive_filling(loads: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """Max-min fair rates of the columns of ``loads`` (rows: constraints sum_j L_ij r_j <= c_i)
+    by progressive filling: raise every unfrozen rate together until a row saturates, freeze
+    the columns on it, repeat. Equal to ``dlcomm.plan.flows.waterfill`` with unit weights
+    (tested); dense, for the few collectives that run at once."""
+    k = loads.shape[1]
+    rate = np.zeros(k)
+    active = loads.any(axis=0)
+    residual = cap.astype(float).copy()
+    while active.any():
+        weight = loads[:, active].sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            level = np.where(weight > 0, residual / weight, np.inf)
+        step = float(level.min())
+        if not np.isfinite(step):
+            break
+        rate[active] += step
+        residual -= weight * step
+        hot = level <= step * (1 + 1e-12)
+        active &= ~(loads[hot] > 0).any(axis=0)
+    rate[~loads.any(axis=0)] = np.inf
+    return rate

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import Counter, defaultdict, deque
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
@@ -126,7 +126,8 @@ class _Engine:
         self.now = 0.0
         self.heap: list[tuple[float, int, Callable[[], None]]] = []
         self.seq = 0
-        self.active: dict[int, list[Any]] = {}   # id -> [pattern, remaining, rate, done]
+        self.active: dict[int, list[Any]] = {}   # id -> [column, remaining, rate, done]
+        self.counts: dict[int, int] = {}         # column -> transfers in flight
         self.dirty = False
         self.events = 0
 
@@ -136,12 +137,13 @@ class _Engine:
 
     def transfer(self, pattern: Hashable, nbytes: float, done: Callable[[], None]) -> None:
         self.seq += 1
-        self.active[self.seq] = [pattern, nbytes, 0.0, done]
+        col = self.sharing.column[pattern]
+        self.active[self.seq] = [col, nbytes, 0.0, done]
+        self.counts[col] = self.counts.get(col, 0) + 1
         self.dirty = True
 
     def _rates(self) -> None:
-        count = Counter(t[0] for t in self.active.values())
-        rates = self.sharing.rates(count)
+        rates = self.sharing.rates_of(tuple(sorted(self.counts.items())))
         for t in self.active.values():
             t[2] = rates[t[0]]
         self.dirty = False
@@ -166,7 +168,10 @@ class _Engine:
                 limit = 1e-9 * max(self.now, 1e-9)
                 done = [k for k, tr in self.active.items() if tr[1] <= tr[2] * limit]
                 for k in done:
-                    callback = self.active.pop(k)[3]
+                    col, _, _, callback = self.active.pop(k)
+                    self.counts[col] -= 1
+                    if not self.counts[col]:
+                        del self.counts[col]
                     self.dirty = True
                     callback()
             else:
