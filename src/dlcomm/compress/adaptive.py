@@ -22,10 +22,11 @@ exposed and the network slow):
    the last hand-over is hidden behind compute and gains nothing from compression;
 4. greedy from all-``none``: repeatedly apply the single (bucket, more lossy method) change
    that lowers the exposed time most, while it lowers it by more than 5% and 0.2 ms;
-5. hysteresis: switch to the proposal only if it beats the current assignment's predicted
-   exposed time by more than ``margin`` (10%) of the iteration time (measured between the
-   first hand-overs of consecutive iterations) and ``min_gain_ms``, and was proposed at two
-   decisions in a row; then verify by measurement: if over the next ``every`` iterations
+5. hysteresis: switch to more compression only if the proposal beats the current
+   assignment's predicted exposed time by more than ``margin`` (10%) of the iteration time
+   (measured between the first hand-overs of consecutive iterations) and ``min_gain_ms``,
+   and was proposed at two decisions in a row (back to less compression: when it is
+   predicted no slower, twice in a row); then verify by measurement: if over the next ``every`` iterations
    the median measured exposed time is not below the median before the switch by at least
    margin / 2, revert, and do not try those (bucket, method) pairs for 4 probe periods
    (the model can be wrong; the measurement decides);
@@ -111,7 +112,7 @@ class AdaptivePolicy(Policy):
         self.offsets: dict[str, float] = {}   # s_b (EMA)
         self.compute: dict[str, dict[str, float]] = {}
         self.wire: dict[str, dict[str, float]] = {}
-        self.rounds: dict[str, float] = {"none": 1, "fp16": 1, "powersgd": 2, "topk": 2}
+        self.rounds: dict[str, float] = {"none": 1, "fp16": 1, "powersgd": 2, "topk": 1}
         self.factor: dict[str, float] = {m: 1.0 for m in LOSSINESS}
         self.iteration_s = 0.0
         self.durations: list[float] = []
@@ -302,14 +303,20 @@ class AdaptivePolicy(Policy):
         now_s = simulate_exposed(offsets, [cost[b].get(current[b], math.inf)
                                            for b in range(k)])
         new_s = simulate_exposed(offsets, [cost[b][proposal[b]] for b in range(k)])
-        better = not math.isfinite(now_s) or new_s < now_s - max(
-            self.margin * max(iteration_s, now_s), self.min_gain_s)
+        relaxing = all(LOSSINESS.index(p) <= LOSSINESS.index(c)
+                       for p, c in zip(proposal, current)) and proposal != current
+        if relaxing:   # less compression needs only to be no slower
+            better = new_s <= now_s
+        else:
+            better = not math.isfinite(now_s) or new_s < now_s - max(
+                self.margin * max(iteration_s, now_s), self.min_gain_s)
         chosen = dict(zip(names, proposal))
-        switch = better and self.proposal == chosen
+        switch = better and self.proposal == chosen and proposal != current
         self.proposal = chosen if better else None
         if switch:
-            self.trial = {"since": iteration, "previous": dict(self.assignment),
-                          "before": self._measured(iteration - 2 * self.every, iteration)}
+            self.trial = None if relaxing else {
+                "since": iteration, "previous": dict(self.assignment),
+                "before": self._measured(iteration - 2 * self.every, iteration)}
             self.assignment = chosen
         self.decisions.append({"iteration": iteration, "proposal": chosen,
                                "predicted_exposed_s": {"current": now_s, "proposal": new_s},

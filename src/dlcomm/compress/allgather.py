@@ -11,7 +11,8 @@ largest one (what GRACE's allgather does) sends max/mean times the bytes needed.
    (input: my bytes once per peer; output: the peers' bytes back to back).
 
 Bytes a worker sends: (n - 1) x its payload; receives: the sum of the peers' payloads --
-the same as a ring all-gather of exact sizes.
+the same as a ring all-gather of exact sizes. Methods whose payload size depends only on the
+tensor's (top-k, sign bits, natural) skip step 2 and use one plain all-gather.
 """
 
 from __future__ import annotations
@@ -59,10 +60,23 @@ class GatherCount:
 
 
 def allgather_bytes(buf: torch.Tensor, rank: int, world: int,
-                    group: dist.ProcessGroup | None, count: GatherCount) -> list[torch.Tensor]:
-    """Every worker's ``buf`` (uint8, any length), in rank order; no padding."""
+                    group: dist.ProcessGroup | None, count: GatherCount,
+                    same_size: bool = False) -> list[torch.Tensor]:
+    """Every worker's ``buf`` (uint8, any length), in rank order; no padding.
+
+    ``same_size``: every worker's payload is known to have this length (top-k's k, sign
+    bits), so step 2 is skipped and one plain all-gather moves the bytes.
+    """
     if world == 1:
         return [buf]
+    if same_size:
+        pieces = [torch.empty_like(buf) for _ in range(world)]
+        dist.all_gather(pieces, buf, group=group)
+        count.sizes_s = 0.0
+        count.data_sent += buf.numel() * (world - 1)
+        count.data_received += buf.numel() * (world - 1)
+        pieces[rank] = buf
+        return pieces
     size = torch.tensor([buf.numel()], dtype=torch.int64)
     sizes_t = [torch.empty(1, dtype=torch.int64) for _ in range(world)]
     t0 = time.perf_counter()

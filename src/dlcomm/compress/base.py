@@ -76,6 +76,7 @@ class Compressor(abc.ABC):
     summable = False          # payloads add; all-reduce through any exchange
     aggregation = "sum"       # non-summable: "sum" of decompressed, or "majority" sign vote
     sparse = False            # decompressed tensors are mostly zeros
+    fixed_size = False        # the payload's size depends only on the tensor's size
     lossless = False
     warmup_iterations = 0     # iterations that run uncompressed (and without error feedback)
 

@@ -21,6 +21,7 @@ __all__ = ["EFSignSGD"]
 
 class EFSignSGD(Compressor):
     name = "efsignsgd"
+    fixed_size = True
 
     def compress(self, tensor: torch.Tensor, name: str) -> tuple[Payload, Any]:
         scale = tensor.abs().mean() if tensor.numel() else torch.tensor(0.0)

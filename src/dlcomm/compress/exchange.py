@@ -342,14 +342,17 @@ class CompressedExchange(Exchange):
         buf = encode_payload(payload)
         sent = self.gathered.data_sent
         t0 = time.perf_counter()
-        pieces = allgather_bytes(buf, self.ctx.rank, world, self.ctx.group, self.gathered)
+        pieces = allgather_bytes(buf, self.ctx.rank, world, self.ctx.group, self.gathered,
+                                 same_size=compressor.fixed_size)
         seconds = time.perf_counter() - t0
         moved = self.gathered.data_sent - sent
         rec.comm_s += seconds
         rec.wire_bytes += moved
-        if world > 1:
+        if world > 1 and not compressor.fixed_size:
             rec.collectives += [(8 * (world - 1), self.gathered.sizes_s),
                                 (moved, seconds - self.gathered.sizes_s)]
+        elif world > 1:
+            rec.collectives.append((moved, seconds))
         acc = torch.zeros(p.numel(), dtype=torch.float32)
         for piece in pieces:
             compressor.decompress_add(decode_payload(piece, payload), ctx, acc)

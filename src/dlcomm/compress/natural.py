@@ -27,6 +27,7 @@ SPAN = 126  # exponents below the top that a code can name
 
 class Natural(Compressor):
     name = "natural"
+    fixed_size = True
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed

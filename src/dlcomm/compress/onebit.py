@@ -24,6 +24,7 @@ __all__ = ["OneBit"]
 
 class OneBit(Compressor):
     name = "onebit"
+    fixed_size = True
 
     def compress(self, tensor: torch.Tensor, name: str) -> tuple[Payload, Any]:
         count = int((tensor >= 0).sum())

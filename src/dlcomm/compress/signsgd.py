@@ -22,6 +22,7 @@ __all__ = ["SignSGD"]
 
 class SignSGD(Compressor):
     name = "signsgd"
+    fixed_size = True
     aggregation = "majority"
 
     def compress(self, tensor: torch.Tensor, name: str) -> tuple[Payload, Any]:

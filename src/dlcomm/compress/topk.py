@@ -38,6 +38,7 @@ def topk_indices(tensor: torch.Tensor, k: int) -> torch.Tensor:
 
 class TopK(Sparsifier):
     name = "topk"
+    fixed_size = True
 
     def __init__(self, ratio: float = 0.01) -> None:
         self.ratio = ratio
