@@ -9,8 +9,14 @@ from hypothesis import strategies as st
 
 from dlcomm.errors import ConfigError
 from dlcomm.plan import collectives as coll
-from dlcomm.simulate.algorithms import (SWITCH, allgather_phases, allreduce_phases,
-                                        alltoall_phases, grid_shape, ina_phases)
+from dlcomm.simulate.algorithms import (
+    SWITCH,
+    allgather_phases,
+    allreduce_phases,
+    alltoall_phases,
+    grid_shape,
+    ina_phases,
+)
 from dlcomm.simulate.collective import ExchangeModel, host_candidates
 
 from .conftest import RATE_BPS, dp_collectives, star
@@ -115,3 +121,23 @@ def test_candidates_and_bad_names() -> None:
         allreduce_phases("butterfly", 8)
     with pytest.raises(ConfigError, match="hierarchical:3"):
         allreduce_phases("hierarchical:3", 8)
+
+
+@pytest.mark.parametrize("spec", ["torus2d:x=4,y=4", "hxmesh:a=2,b=2,x=2,y=2",
+                                  "torus3d:x=2,y=4,z=2,ports=6"])
+def test_torus_rings_follow_the_physical_grid(spec: str) -> None:
+    """All accelerators of a torus or mesh all-reduce near full injection P r (the
+    planner's torus-rings closed form), because the rings follow the physical grid."""
+    from dlcomm.plan.topology import build_topology
+    from dlcomm.plan.traffic import Parallelism
+    from dlcomm.simulate.collective import Collectives
+    from dlcomm.simulate.network import SimNetwork
+
+    topo = build_topology(spec)
+    n = topo.accelerators
+    net = SimNetwork(topo, np.arange(n))
+    coll_ = Collectives(net, Parallelism(dp=n), ExchangeModel(), "torus", 0.0, 0.0)
+    assert coll_.layout("dp") is not None
+    t = coll_.allreduce("dp", 0, N).alone_s(net)
+    injection = topo.injection_gbps * 1e9 / 8
+    assert t == pytest.approx(2 * (n - 1) / n * N / injection, rel=1e-9)

@@ -17,9 +17,10 @@ what these phases give on a non-blocking network, which the tests check):
 - ``halving-doubling`` (Rabenseifner; g a power of two): reduce-scatter by recursive
   halving, partner i XOR 2^s carrying n / 2^(s+1), then the all-gather by recursive
   doubling in reverse order; ``doubling``: recursive doubling, every round all n bytes.
-- ``torus``: the group as a g1 x g2 grid (g1 the largest divisor <= sqrt g) with rings in
-  both directions of both dimensions at once, each on a quarter of the data: 2(g1+g2-2)
-  steps, each flow 2(g-1)/g n / 4 (``torus_allreduce`` with 4 rings).
+- ``torus``: the group as a grid (its members' places on a torus or HammingMesh when
+  they form one, else g1 x g2 in rank order, g1 the largest divisor <= sqrt g) with rings
+  in both directions of every dimension at once, each on a 1/(2d) share of the data:
+  2 sum(g_i - 1) steps, each flow 2(g-1)/g n / (2d) (``torus_allreduce`` with 2d rings).
 - ``hierarchical:h``: ring reduce-scatter inside blocks of h consecutive members, ring
   all-reduce of n/h across blocks among members of the same position, ring all-gather
   inside blocks (``hierarchical_allreduce``).
@@ -109,15 +110,24 @@ def _xor_rounds(g: int, name: str, halving: bool) -> list[Phase]:
     return rounds + list(reversed(rounds)) if halving else rounds
 
 
-def _torus_phases(g: int) -> list[Phase]:
-    g1, g2 = grid_shape(g)
-    if g1 < 2:
-        raise ConfigError(f"the torus all-reduce needs a group that factors, got {g} ranks")
-    grid = np.arange(g).reshape(g2, g1)
-    flat = grid.ravel()
-    dst = np.concatenate([np.roll(grid, s, axis).ravel() for axis in (0, 1) for s in (-1, 1)])
-    return [_phase(f"torus:{g1}x{g2}", np.tile(flat, 4), dst, 2 * (g - 1) / g / 4,
-                   2 * (g1 + g2 - 2))]
+def _torus_phases(g: int, layout: np.ndarray | None = None) -> list[Phase]:
+    if layout is None:
+        g1, g2 = grid_shape(g)
+        if g1 < 2:
+            raise ConfigError(f"the torus all-reduce needs a group that factors, got {g} "
+                              "ranks")
+        layout = np.arange(g).reshape(g2, g1)
+    layout = np.asarray(layout).squeeze()
+    axes = [ax for ax in range(layout.ndim) if layout.shape[ax] > 1]
+    if layout.size != g or len(axes) < 2:
+        raise ConfigError(f"the torus all-reduce needs a grid of at least 2 x 2 ranks, got "
+                          f"{'x'.join(map(str, layout.shape))}")
+    flat = layout.ravel()
+    dst = np.concatenate([np.roll(layout, s, ax).ravel() for ax in axes for s in (-1, 1)])
+    shape = "x".join(str(layout.shape[ax]) for ax in axes)
+    rings = 2 * len(axes)
+    return [_phase(f"torus:{shape}", np.tile(flat, rings), dst, 2 * (g - 1) / g / rings,
+                   2 * sum(layout.shape[ax] - 1 for ax in axes))]
 
 
 def _hierarchical_phases(g: int, h: int) -> list[Phase]:
@@ -134,8 +144,9 @@ def _hierarchical_phases(g: int, h: int) -> list[Phase]:
 ALLREDUCE = ("ring", "tree", "halving-doubling", "doubling", "torus", "hierarchical")
 
 
-def allreduce_phases(name: str, g: int) -> list[Phase]:
-    """The phases of host-based all-reduce ``name`` (``hierarchical:H`` for blocks of H)."""
+def allreduce_phases(name: str, g: int, layout: np.ndarray | None = None) -> list[Phase]:
+    """The phases of host-based all-reduce ``name`` (``hierarchical:H`` for blocks of H);
+    ``layout``: the members as a grid (their places on a torus or mesh) for ``torus``."""
     if g < 2:
         return []
     base, _, arg = name.partition(":")
@@ -148,7 +159,7 @@ def allreduce_phases(name: str, g: int) -> list[Phase]:
     if base == "doubling":
         return _xor_rounds(g, base, halving=False)
     if base == "torus":
-        return _torus_phases(g)
+        return _torus_phases(g, layout)
     if base == "hierarchical":
         try:
             h = int(arg) if arg else (hierarchy_sizes(g) or [0])[-1]

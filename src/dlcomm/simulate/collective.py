@@ -14,7 +14,8 @@ each a latency (steps x (alpha + hops x per-hop latency)) followed by a transfer
    algorithm, or the fastest alone on the network among ring, tree, halving-doubling,
    doubling, torus rings and hierarchical (``--algorithm best``), chosen on stage 0's
    groups per message size and then used on every stage (stages are translates of each
-   other under linear placement);
+   other under linear placement); torus rings follow the grid the group's accelerators
+   form on a torus or HammingMesh, where they form one;
 3. DP gradients go through the exchange (:class:`ExchangeModel`): ``ring`` as 2;
    ``switch`` = in-network aggregation (T ~ n / B); ``sparse-switch`` = aggregation of
    the non-zero blocks only (OmniReduce): each worker streams its density d of the
@@ -197,14 +198,15 @@ def parse_exchange(spec: str) -> tuple[str, str | None]:
     return over, str(type(parsed)(method, opts))
 
 
-def host_candidates(g: int) -> list[str]:
-    """Host-based all-reduce algorithms that apply to a group of ``g``."""
+def host_candidates(g: int, grid: bool = False) -> list[str]:
+    """Host-based all-reduce algorithms that apply to a group of ``g`` (``grid``: its
+    members form a grid of at least 2 x 2 on the topology)."""
     if g < 2:
         return []
     names = ["ring", "tree"]
     if g & (g - 1) == 0:
         names += ["halving-doubling", "doubling"]
-    if grid_shape(g)[0] >= 2:
+    if grid or grid_shape(g)[0] >= 2:
         names.append("torus")
     names += [f"hierarchical:{h}" for h in hierarchy_sizes(g)]
     return names
@@ -222,6 +224,7 @@ class Collectives:
     hop_latency_s: float = 0.0
     _groups: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
     _choice: dict[tuple[str, float], str] = field(default_factory=dict)
+    _layouts: dict[str, np.ndarray | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.alpha_s < 0 or self.hop_latency_s < 0:
@@ -243,6 +246,29 @@ class Collectives:
             self._groups[key] = rows[of_stage]
         return self._groups[key]
 
+    def layout(self, dim: str) -> np.ndarray | None:
+        """Member indices of ``dim``'s groups arranged as the grid their accelerators form
+        on a torus or mesh (taken from stage 0's first group; groups of other stages and
+        replicas are translates of it under linear placement), or None."""
+        if dim not in self._layouts:
+            self._layouts[dim] = None
+            coords = self.net.grid_coords()
+            if coords is not None:
+                members = coords[self.net.node[self.groups(dim, 0)[0]]]
+                values = [np.unique(members[:, ax]) for ax in range(members.shape[1])]
+                shape = tuple(len(v) for v in values)
+                if int(np.prod(shape)) == len(members) and sum(n > 1 for n in shape) >= 2:
+                    at = tuple(np.searchsorted(values[ax], members[:, ax])
+                               for ax in range(members.shape[1]))
+                    grid = np.full(shape, -1)
+                    grid[at] = np.arange(len(members))
+                    if (grid >= 0).all():
+                        self._layouts[dim] = grid
+        return self._layouts[dim]
+
+    def _phases(self, dim: str, name: str, g: int) -> list[Any]:
+        return allreduce_phases(name, g, self.layout(dim) if name == "torus" else None)
+
     def _steps(self, scope: Hashable, groups: np.ndarray, phases: list[Any], nbytes: float,
                scale: float = 1.0) -> tuple[Step, ...]:
         out = []
@@ -263,9 +289,10 @@ class Collectives:
         if key not in self._choice:
             groups = self.groups(dim, 0)
             g = groups.shape[1]
+            grid = self.layout(dim) is not None
             times = {name: self._alone(self._steps((dim, 0), groups,
-                                                   allreduce_phases(name, g), nbytes))
-                     for name in host_candidates(g)}
+                                                   self._phases(dim, name, g), nbytes))
+                     for name in host_candidates(g, grid)}
             self._choice[key] = min(times, key=lambda n: times[n])
         return self._choice[key]
 
@@ -276,7 +303,7 @@ class Collectives:
         name = self.algorithm if self.algorithm != "best" else self.best_algorithm(dim, nbytes)
         if g < 2:
             return Call(dim, stage, "allreduce", "none", nbytes, (), fixed_s)
-        steps = self._steps((dim, stage), groups, allreduce_phases(name, g), nbytes, scale)
+        steps = self._steps((dim, stage), groups, self._phases(dim, name, g), nbytes, scale)
         return Call(dim, stage, "allreduce", name, nbytes, steps, fixed_s)
 
     def alltoall(self, dim: str, stage: int, nbytes: float) -> Call:

@@ -36,6 +36,8 @@ from dlcomm.plan.flownet import FlowNet
 from dlcomm.plan.flows import route_matrix, waterfill
 from dlcomm.plan.topology.base import Topology
 from dlcomm.plan.topology.fattree import FatTree
+from dlcomm.plan.topology.hxmesh import HxMesh
+from dlcomm.plan.topology.torus import Torus
 from dlcomm.simulate.algorithms import SWITCH, Phase
 
 __all__ = ["Pattern", "SimNetwork", "Sharing", "FLOW_RATE_LIMIT", "progressive_filling"]
@@ -75,6 +77,19 @@ class SimNetwork:
         self.node = self.net.node_ids([int(a) for a in where])   # node id of every rank
         self.cap_Bps = self.net.cap * 1e9 / 8
         self.patterns: dict[Hashable, Pattern] = {}
+
+    def grid_coords(self) -> np.ndarray | None:
+        """Integer grid coordinates of every accelerator where the topology is a grid:
+        a torus (its coordinates), HammingMesh and HyperX (global column bx a + i, global
+        row by b + j); None elsewhere."""
+        topo = self.topology
+        if isinstance(topo, Torus):
+            return np.array([self.graph.nodes[i]["pos"][1:] for i in range(topo.accelerators)])
+        if isinstance(topo, HxMesh):
+            pos = np.array([self.graph.nodes[i]["pos"] for i in range(topo.accelerators)])
+            return np.column_stack([pos[:, 1] * topo.a + pos[:, 3],
+                                    pos[:, 2] * topo.b + pos[:, 4]])
+        return None
 
     # -- patterns ------------------------------------------------------------------------
     def flows(self, key: Hashable, src: np.ndarray, dst: np.ndarray,

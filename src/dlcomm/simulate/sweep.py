@@ -21,7 +21,7 @@ from dlcomm.plan.traffic import parse_parallelism
 from dlcomm.registry import Spec, parse_spec
 from dlcomm.results import new_result
 from dlcomm.simulate.collective import parse_exchange
-from dlcomm.simulate.iteration import SimConfig, simulate
+from dlcomm.simulate.iteration import SimConfig, build_topology_for, simulate
 
 __all__ = ["parse_sweep", "run_simulations", "SUMMARY_KEYS"]
 
@@ -68,6 +68,9 @@ def run_simulations(base: SimConfig, topologies: Sequence[str], exchanges: Seque
     sweeping = sizes is not None
     counts = list(sizes) if sizes else [base.accelerators]
     many = len(counts) * len(topologies) * len(exchanges) > 1
+    for n in counts:                          # bad specs fail now, not after hours of runs
+        for topology in topologies:
+            build_topology_for(replace(base, topology=topology, accelerators=n))
     runs: list[dict[str, Any]] = []
     detail: dict[str, Any] | None = None
     for n in counts:
