@@ -87,22 +87,27 @@ def plot_simulation(result: dict[str, Any], path: str) -> None:
 
     runs = [r for r in result["runs"] if r["available"]]
     if result["config"].get("sweep_accelerators"):
-        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 5.2))
         lines: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for r in runs:
-            lines.setdefault((r["topology_name"], r["exchange_label"]), []).append(r)
+            lines.setdefault((r["topology"], r["exchange"]), []).append(r)
         for (topo, ex), rows in lines.items():
             xs = [r["accelerators"] for r in rows]
-            ax1.plot(xs, [r["iteration_s"] for r in rows], marker="o", label=f"{topo}, {ex}")
-            ax2.plot(xs, [100 * r["comm_share"] for r in rows], marker="o")
+            label = f"{topo}, {rows[0]['exchange_label']}"
+            ax1.plot(xs, [r["iteration_s"] for r in rows], marker="o", label=label)
+            ax2.plot(xs, [100 * r["comm_share"] for r in rows], marker="o", label=label)
         for ax in (ax1, ax2):
             ax.set_xscale("log", base=2)
             ax.set_xlabel("accelerators")
             ax.grid(alpha=0.3)
         ax1.set_ylabel("iteration time (s)")
         ax2.set_ylabel("exposed communication (% of iteration)")
-        ax1.legend(fontsize=7)
+        handles, labels = ax1.get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=7)
         fig.suptitle(f"{result['config']['workload']}: simulated iteration")
+        fig.tight_layout(rect=(0, 0.04 * (1 + len(labels) // 3), 1, 1))
+        save_figure(fig, path)
+        return
     else:
         fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(runs) + 2), 4.2))
         labels = [f"{r['topology_name']}\n{r['exchange_label']}" for r in runs]
