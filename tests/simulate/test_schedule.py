@@ -83,3 +83,9 @@ def test_transfers_share_the_network_as_they_overlap() -> None:
     # 2.5 s of its 3 s by then, the last 0.5 s alone -> 8.5.
     assert timeline.stages[1].end_s == pytest.approx(8.0)
     assert timeline.iteration_s == pytest.approx(8.5)
+
+
+def test_thousands_of_empty_segments_do_not_nest_the_stack() -> None:
+    plan = StagePlan([Segment(0.0)] * 5000, [Segment(0.0)] * 5000 + [Segment(1.0)], None, None)
+    assert simulate_schedule([plan], 2, Sharing([], np.zeros(0))).iteration_s == \
+        pytest.approx(2.0)

@@ -288,8 +288,10 @@ def simulate_schedule(stages: list[StagePlan], micro: int, sharing: Sharing,
                     bc[dim] = bc.get(dim, 0.0) + eng.now - t0
                     run_segments(s, segments, i + 1, final, done)
                 run_call(seg.call, s, blocked)
-            else:
+            elif seg.compute_s > 0:
                 run_segments(s, segments, i + 1, final, done)
+            else:   # a timer of zero: runs of empty segments must not nest the stack
+                eng.at(eng.now, lambda: run_segments(s, segments, i + 1, final, done))
         if seg.compute_s > 0:
             times[s].compute_s += seg.compute_s
             eng.at(eng.now + seg.compute_s, after_compute)
