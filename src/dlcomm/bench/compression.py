@@ -201,6 +201,9 @@ def _train_row(workload: str, method: Method, doc: dict[str, Any], target: float
             "gradient_bytes": s["gradient_bytes"], "steps": s["steps"],
             "traffic_ratio": exchange.get("traffic_ratio"),
             "adaptive_assignment": exchange.get("adaptive", {}).get("assignment"),
+            "adaptive_decisions": exchange.get("adaptive", {}).get("decisions"),
+            "adaptive_methods_per_step": [s["methods"] for s in exchange.get(
+                "adaptive", {}).get("steps", [])],
             "evals": [{"time_s": e["time_s"], "step": e["step"], metric: e[metric]}
                       for e in doc["evals"]]}
 

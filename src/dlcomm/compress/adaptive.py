@@ -8,8 +8,9 @@ exposed and the network slow):
 1. measure, per collective, (bytes this worker sent, seconds); the latency alpha is the
    median time of recent tiny collectives (< 4 KiB, including the small all-reduce of
    step 6), the bandwidth B the median of bytes / (seconds - alpha) over the last 5 large
-   ones (>= 64 KiB) of the last 3 probe periods (a transfer no slower than alpha means the
-   network is not what limits it: B is then taken as 20 x bytes / seconds);
+   (>= 64 KiB) uncompressed float32 ones of the last 3 probe periods (a transfer no slower
+   than alpha means the network is not what limits it: B is then taken as 20 x bytes /
+   seconds); compressed transfers do not count, they feed step 2's factors instead;
 2. measure, per bucket, when it was handed over (offset s_b after the first bucket), and per
    bucket and method the compression + decompression seconds C and the bytes sent W
    (first from one timed trial on random data, then from real calls); a method's cost for a
@@ -29,7 +30,10 @@ exposed and the network slow):
    predicted no slower, twice in a row); then verify by measurement: if over the next ``every`` iterations
    the median measured exposed time is not below the median before the switch by at least
    margin / 2, revert, and do not try those (bucket, method) pairs for 4 probe periods
-   (the model can be wrong; the measurement decides);
+   (the model can be wrong; the measurement decides); and for as long as anything is
+   compressed, keep comparing with the uncompressed probe iterations of step 7 as a control
+   group: if the compressed iterations' median exposed time is not below the probes' by
+   margin / 2, go back to ``none`` (and ban the methods given up);
 6. every worker averages its measurements with the others (one small all-reduce) before
    deciding, so all take the same decision; decisions every ``every`` iterations;
 7. every ``probe`` iterations one iteration runs uncompressed to re-measure the bandwidth
@@ -127,6 +131,7 @@ class AdaptivePolicy(Policy):
         self.exposures: list[tuple[int, float, bool]] = []  # (iteration, exposed s, probe)
         self.trial: dict[str, Any] | None = None            # a switch being verified
         self.banned: dict[tuple[str, str], int] = {}        # (bucket, method) -> until
+        self.switched_at = 0
 
     # -- the Policy interface ---------------------------------------------------------------
 
@@ -147,7 +152,7 @@ class AdaptivePolicy(Policy):
         for nbytes, seconds in record.collectives:
             if nbytes < TINY_BYTES:
                 self.latencies.append(seconds)
-            elif nbytes >= LARGE_BYTES:
+            elif nbytes >= LARGE_BYTES and record.method == "none":
                 self.samples.append((record.iteration, nbytes, seconds))
         del self.samples[:-64]
         del self.latencies[:-16]
@@ -243,6 +248,30 @@ class AdaptivePolicy(Policy):
                     "topk": lambda: (n - 1) * (sizes["topk"] + 16)}
         self.wire[name] = {m: estimate[m]() for m in sizes}
 
+    def _revert(self, iteration: int, previous: dict[str, str], why: str,
+                measured: dict[str, float]) -> None:
+        """Go back to ``previous`` and ban the methods given up for 4 probe periods."""
+        for name, method in self.assignment.items():
+            if method != previous.get(name, "none"):
+                self.banned[(name, method)] = iteration + 4 * max(self.probe, self.every)
+        self.assignment = dict(previous)
+        self.proposal = self.trial = None
+        self.decisions.append({"iteration": iteration, "reverted": True, "why": why,
+                               "measured_exposed_s": measured})
+
+    def _probe_comparison(self, iteration: int) -> tuple[float, float]:
+        """(median exposed time of the recent uncompressed probes, of the compressed
+        iterations since then), or (-1, -1) when there is too little to compare."""
+        if not self.probe or all(m == "none" for m in self.assignment.values()):
+            return -1.0, -1.0
+        since = self.switched_at
+        probes = [e for i, e, probe in self.exposures if probe and i > STABLE_ITERATION
+                  and i >= since - 3 * self.probe]
+        treated = [e for i, e, probe in self.exposures if not probe and i > since]
+        if len(probes) < 2 or len(treated) < self.every:
+            return -1.0, -1.0
+        return statistics.median(probes[-3:]), statistics.median(treated[-3 * self.every:])
+
     def _measured(self, first: int, last: int) -> float:
         """Median exposed time of the non-probe iterations in [first, last) (-1: none)."""
         values = [e for i, e, probe in self.exposures if first <= i < last and not probe]
@@ -256,10 +285,11 @@ class AdaptivePolicy(Policy):
             self.latencies.append(time.perf_counter() - t0)
         trial = self.trial
         verify = trial is not None and iteration >= trial["since"] + self.every
+        control, treated = self._probe_comparison(iteration)
         mine = [self.alpha, 1 / self.bandwidth if math.isfinite(self.bandwidth) else 0.0,
                 trial["before"] if verify else -1.0,
                 self._measured(trial["since"], iteration) if verify else -1.0,
-                self.iteration_s]
+                self.iteration_s, control, treated]
         mine += [self.factor[m] for m in LOSSINESS]
         mine += [self.offsets.get(n, 0.0) for n in names]
         mine += [self.compute.get(n, {}).get(m, -1.0) for n in names for m in LOSSINESS]
@@ -267,21 +297,18 @@ class AdaptivePolicy(Policy):
         t0 = time.perf_counter()
         agreed = self.agree(mine)                   # the same numbers on every worker
         self.latencies.append(time.perf_counter() - t0)
-        alpha, inv_b, before, after, iteration_s = agreed[:5]
-        factor = dict(zip(LOSSINESS, agreed[5:9]))
-        agreed = agreed[9:]
+        alpha, inv_b, before, after, iteration_s, control, treated = agreed[:7]
+        factor = dict(zip(LOSSINESS, agreed[7:11]))
+        agreed = agreed[11:]
+        if control > 0 and treated > control * (1 - self.margin / 2):
+            self._revert(iteration, {}, "uncompressed probes were as fast",
+                         {"probes": control, "compressed": treated})
+            return
         if verify and trial is not None:            # step 5: did the switch pay, measured?
             self.trial = None
             if before > 0 and after > 0 and after > before * (1 - self.margin / 2):
-                for name, method in self.assignment.items():
-                    if method != trial["previous"].get(name, "none"):
-                        self.banned[(name, method)] = iteration + 4 * max(self.probe,
-                                                                          self.every)
-                self.assignment = dict(trial["previous"])
-                self.proposal = None
-                self.decisions.append({"iteration": iteration, "reverted": True,
-                                       "measured_exposed_s": {"before": before,
-                                                              "after": after}})
+                self._revert(iteration, trial["previous"], "the switch did not pay",
+                             {"before": before, "after": after})
                 return
         if inv_b <= 0:
             return
@@ -314,6 +341,7 @@ class AdaptivePolicy(Policy):
         switch = better and self.proposal == chosen and proposal != current
         self.proposal = chosen if better else None
         if switch:
+            self.switched_at = iteration
             self.trial = None if relaxing else {
                 "since": iteration, "previous": dict(self.assignment),
                 "before": self._measured(iteration - 2 * self.every, iteration)}
