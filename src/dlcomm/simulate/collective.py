@@ -36,6 +36,7 @@ from typing import Any, Hashable
 import numpy as np
 
 from dlcomm.errors import ConfigError
+from dlcomm.exchange.switch import AUTO_SPARSE_BELOW   # the auto exchange's own threshold
 from dlcomm.plan.commtime import group_ranks
 from dlcomm.plan.traffic import Parallelism
 from dlcomm.registry import parse_spec
@@ -54,7 +55,6 @@ __all__ = ["Step", "Call", "CompressionModel", "ExchangeModel", "Collectives",
            "measure_compression"]
 
 EXCHANGE_KINDS = ("ring", "switch", "sparse-switch", "auto")
-AUTO_SPARSE_BELOW = 0.85   # as dlcomm's auto exchange (exchange/switch/__init__.py)
 
 
 @dataclass(frozen=True)
