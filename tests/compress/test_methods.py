@@ -252,6 +252,19 @@ def test_bad_specs_are_one_line_config_errors(spec, match):
     assert "\n" not in str(err.value)
 
 
+def test_check_specs_before_any_worker_starts():
+    from dlcomm.compress import check_specs
+
+    check_specs("adaptive:every=3", "residual")
+    check_specs("topk:ratio=0.1", "dgc")
+    with pytest.raises(ConfigError, match="every"):
+        check_specs("adaptive:every=0", "none")
+    with pytest.raises(ConfigError, match="candidates"):
+        check_specs("adaptive:candidates=none+zip", "none")
+    with pytest.raises(RegistryError):
+        check_specs("fp16", "forever")
+
+
 def test_unknown_names():
     with pytest.raises(RegistryError, match="known:"):
         make_compressor("zip")

@@ -13,7 +13,7 @@ importing the exchange registry stays light.
 from typing import Any
 
 __all__ = ["COMPRESSORS", "MEMORIES", "Compressor", "Memory", "CompressedExchange",
-           "compressed_exchange", "make_compressor", "make_memory", "run_local"]
+           "compressed_exchange", "make_compressor", "make_memory", "run_local", "check_specs"]
 
 
 def __getattr__(name: str) -> Any:

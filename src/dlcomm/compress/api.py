@@ -23,7 +23,7 @@ from dlcomm.registry import Spec, parse_spec
 
 __all__ = ["COMPRESSORS", "MEMORIES", "Compressor", "Memory", "CompressedExchange",
            "compressed_exchange", "compressed_from_options", "make_compressor", "make_memory",
-           "run_local", "wire_bytes"]
+           "run_local", "wire_bytes", "check_specs"]
 
 
 def make_compressor(spec: str | Spec) -> Compressor:
@@ -94,6 +94,17 @@ def compressed_exchange(inner: Exchange, compress_spec: str, memory_spec: str,
                                   {"compress": str(compress), "memory": str(memory_parsed)})
     holder.append(exchange)
     return exchange
+
+
+def check_specs(compress_spec: str, memory_spec: str) -> None:
+    """Raise a one-line ConfigError for a bad ``--compress``/``--memory`` before any worker
+    starts (the adaptive policy's options included)."""
+    compress = parse_spec(compress_spec)
+    if compress.name == "adaptive":
+        _adaptive(dict(compress.options), ExchangeContext(0, 2), True, lambda v: v)
+    else:
+        make_compressor(compress)
+    make_memory(memory_spec)
 
 
 def compressed_from_options(ctx: ExchangeContext, options: dict[str, str]) -> Exchange:
