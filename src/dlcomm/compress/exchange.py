@@ -31,7 +31,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -130,7 +130,6 @@ class CompressedExchange(Exchange):
         self.gathered = GatherCount()
         self.totals = {"dense_bytes": 0, "compress_s": 0.0, "comm_s": 0.0, "calls_exact": 0}
         self.records: list[CallRecord] = []          # of the current iteration
-        self.listeners: list[Callable[[list[CallRecord]], None]] = []
         self.iteration = 0
         self._seen: set[tuple[Any, int]] = set()
         self._failure: BaseException | None = None
@@ -215,9 +214,7 @@ class CompressedExchange(Exchange):
 
     def _begin(self, rec: CallRecord) -> None:
         if self.records and self.records[-1].iteration != rec.iteration:
-            done, self.records = self.records, []
-            for listener in self.listeners:
-                listener(done)
+            self.records = []
             if rec.iteration == STABLE_ITERATION:  # keys are final now: forget earlier state
                 self.memory.reset()
                 for c in self.policy.compressors():
