@@ -105,9 +105,9 @@ def bench_fidelity(worker_counts: str, sizes: str, bandwidth: str, workload: str
                                       "random:p=P,x=FACTOR.")
 @click.option("--workers", type=int, default=8, show_default=True)
 @click.option("--workload", default="digits-cnn", show_default=True)
-@click.option("--compute-ms", type=float, default=30.0, show_default=True,
+@click.option("--compute-ms", type=float, default=80.0, show_default=True,
               help="Emulated compute per step, so that compute dominates on few cores.")
-@click.option("--epochs", type=int, default=6, show_default=True)
+@click.option("--epochs", type=int, default=5, show_default=True)
 @click.option("--eval-every", type=int, default=2, show_default=True,
               help="Evaluate every N (mean) steps.")
 @click.option("--target", type=float, default=0.95, show_default=True,

@@ -125,6 +125,11 @@ class HopWorker(Generic[P]):
     def active(self) -> list[int]:
         return [j for j in self.neighbours if j not in self.finished]
 
+    def tokens(self, j: int) -> int:
+        """Tokens in the queue from neighbour ``j``: G at the start, one more per iteration
+        j completed, one fewer per iteration this worker started (or skipped)."""
+        return self.options.max_gap + self.known[j] - self.completed
+
     @property
     def stop_requested(self) -> bool:
         """A neighbour has finished: stop at the end of this iteration (run end)."""
@@ -156,7 +161,7 @@ class HopWorker(Generic[P]):
                     self._drop_before(k - self.options.staleness)
                     for j in self.neighbours:
                         self._observe(j)
-        if any(self.known[j] < k + 1 - G for j in active):
+        if any(self.tokens(j) < 1 for j in active):   # i.e. c_j < k + 1 - G
             return None
         self.current = k
         return Start(k, skipped, catch_up)

@@ -49,7 +49,17 @@ from dlcomm.errors import ConfigError
 from dlcomm.registry import Registry
 
 __all__ = ["Group", "Delivery", "GroupGenerator", "RandomGroups", "StaticSchedule",
-           "GroupBuffer", "GENERATORS", "make_generator", "static_partition"]
+           "GroupBuffer", "GENERATORS", "make_generator", "static_partition", "PragueSpec"]
+
+
+@dataclass(frozen=True)
+class PragueSpec:
+    """The options of ``--sync prague:...``."""
+
+    group_size: int = 4
+    generator: str = "buffer"        # random | static | buffer
+    impl: str = "dist"               # dist (gloo groups) | switch (a switch job per group)
+    window_ms: float | None = None   # buffer's division window; None: adaptive
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,9 @@ class PartialAllReduce(abc.ABC):
 class GlooGroups(PartialAllReduce):
     """A gloo process group per distinct group, created lazily by its members."""
 
+    def close(self) -> None:
+        self.groups.clear()
+
     def __init__(self, env: WorkerEnv, timeout_s: float) -> None:
         super().__init__()
         self.rank = env.rank

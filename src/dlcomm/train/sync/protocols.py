@@ -19,11 +19,10 @@ from dlcomm.registry import Registry, Spec, parse_spec
 from dlcomm.train.config import TrainConfig
 from dlcomm.train.runtime import WorkerEnv
 from dlcomm.train.sync.adpsgd import split_roles
-from dlcomm.train.sync.graphs import Graph, make_graph
+from dlcomm.train.sync.graphs import GRAPHS, Graph, make_graph
 from dlcomm.train.sync.hop import HopOptions
 from dlcomm.train.sync.local import Learner, Recorder
-from dlcomm.train.sync.prague import GENERATORS
-from dlcomm.train.sync.run_prague import PragueSpec
+from dlcomm.train.sync.prague import GENERATORS, PragueSpec
 
 __all__ = ["Protocol", "SYNCS", "parse_sync", "Hop", "Prague", "ADPSGD"]
 
@@ -72,7 +71,6 @@ class _GraphChoice:
     def take(cls, options: dict[str, str], default: str) -> "_GraphChoice":
         name = options.pop("graph", default)
         extra = {k: options.pop(k) for k in ("rows", "edges") if k in options}
-        from dlcomm.train.sync.graphs import GRAPHS
         GRAPHS.get(name)
         return cls(name, extra)
 

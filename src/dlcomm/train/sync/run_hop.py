@@ -82,7 +82,7 @@ def run_hop(cfg: TrainConfig, env: WorkerEnv, learner: Learner, recorder: Record
 
     def lagging_tokens() -> str:
         k = state.completed
-        late = [j for j in state.active if state.known[j] < k + 1 - options.max_gap]
+        late = [j for j in state.active if state.tokens(j) < 1]
         return f"tokens for iteration {k} from ranks {late}"
 
     def missing_updates() -> str:

@@ -9,26 +9,15 @@ its steps keeps asking (and running the groups others wait in) until the GG says
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-
-import torch.distributed as dist
 
 from dlcomm.train.config import TrainConfig
 from dlcomm.train.runtime import WorkerEnv
 from dlcomm.train.sync.local import Learner, Recorder, wait_until_all_finished
 from dlcomm.train.sync.preduce import GlooGroups, PartialAllReduce, SwitchGroups
-from dlcomm.train.sync.prague import StaticSchedule, make_generator
+from dlcomm.train.sync.prague import PragueSpec, StaticSchedule, make_generator
 from dlcomm.train.sync.service import GroupClient, GroupService, reachable_address
 
-__all__ = ["run_prague", "PragueSpec"]
-
-
-@dataclass(frozen=True)
-class PragueSpec:
-    group_size: int = 4
-    generator: str = "buffer"        # random | static | buffer
-    impl: str = "dist"               # dist | switch
-    window_ms: float | None = None   # buffer's division window; None: adaptive
+__all__ = ["run_prague"]
 
 
 def run_prague(cfg: TrainConfig, env: WorkerEnv, learner: Learner, recorder: Recorder,
