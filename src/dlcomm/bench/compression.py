@@ -268,8 +268,8 @@ def emulate_rows(cfg: CompressionBench, progress: Progress) -> list[dict[str, An
     methods = [Method("none")] + [m for m in cfg.emulate_methods if m.compress != "none"]
     specs = [m.exchange_spec() for m in methods]
     for model, workers in cfg.emulate_models:
-        # warm-up 3: DDP-like keys settle at iteration 2, PowerSGD starts at 2
-        emu = EmulateConfig(model, workers, rate, iterations=3, warmup=3)
+        # warm-up 2: the exchange's keyed state settles and PowerSGD starts at iteration 2
+        emu = EmulateConfig(model, workers, rate, iterations=2, warmup=2)
         t0 = time.perf_counter()
         result = run_emulation(emu, auto_dilation=True, exchanges=specs)
         for method, entry in zip(methods, result["results"]):
