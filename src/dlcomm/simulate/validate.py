@@ -14,11 +14,14 @@ that n links at 10 Gbit/s / K fit this machine, docs/emulation.md):
    emulator's 25 MiB buckets, compute x K, no latency (the emulated links have none), the
    calibrated exchange constants, result / K;
 4. error = simulated / measured - 1, per case; also the prediction with the ideal flow
-   model (no calibration) for context.
+   model (no calibration) for context. The machine's 1-minute load average before each
+   calibration and emulation is recorded: the software switch shares this machine's
+   cores with whatever else runs, so its speed, and both measurements, depend on it.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
@@ -76,17 +79,20 @@ def validate(cfg: ValidateConfig, say: Callable[[str], None] | None = None) -> d
     say = say or (lambda line: None)
     calibrations, cases, emulations = {}, [], []
     for n, k in zip(cfg.workers, cfg.dilations):
+        load = os.getloadavg()[0]
         cal = calibrate(CalibrationConfig(n, cfg.bandwidth_bps / k, cfg.exchanges, cfg.sizes,
                                           cfg.reps), say)
-        calibrations[str(n)] = cal
+        calibrations[str(n)] = {**cal, "load_average_before": load}
         constants = {ex: {"overhead_s": f["overhead_s"], "efficiency": f["efficiency"]}
                      for ex, f in cal["exchanges"].items()}
         for workload in cfg.workloads:
+            load = os.getloadavg()[0]
             emu = run_emulation(EmulateConfig(workload, n, cfg.bandwidth_bps, cfg.accelerator,
                                               dilation=k, iterations=cfg.iterations,
                                               warmup=cfg.warmup), exchanges=list(cfg.exchanges))
             emulations.append({"workload": workload, "workers": n, "dilation": k,
                                "wall_time_s": emu["summary"]["wall_time_s"],
+                               "load_average_before": load,
                                "results": [{key: r[key] for key in (
                                    "exchange", "iteration_time_s", "measured_iterations_s",
                                    "comm_busy_s", "exposed_comm_s")} for r in emu["results"]]})
