@@ -19,8 +19,10 @@ def test_ring_allreduce_within_15_percent_of_bound(job_tmp, workers):
                      RATES[workers], "--json", "b.json", tmp=job_tmp, timeout=240)
     assert res.returncode == 0, res.stderr
     row = json.loads((job_tmp / "b.json").read_text())["results"][0]
-    # the best repetition: what the emulated links can do (a busy machine only slows others)
-    assert 1.0 <= min(row["times_s"]) / row["bound_s"] <= 1.15, row["times_s"]
+    # the best repetition: what the emulated links can do (a busy machine only slows others);
+    # a full token bucket lets its burst through at memory speed, so a run may beat the
+    # bound by a few percent
+    assert 0.95 <= min(row["times_s"]) / row["bound_s"] <= 1.15, row["times_s"]
     wire = row["wire_bytes_per_host"]
     expected = 2 * (workers - 1) / workers * 10e6
     assert all(expected <= w["tx_bytes"] <= 1.1 * expected for w in wire), wire

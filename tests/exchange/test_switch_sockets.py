@@ -61,7 +61,9 @@ def spec(service, **opts):
 def test_exact_and_reproducible_under_loss(switch):
     clean = run_ranks(spec(switch), "sum")
     lossy = run_ranks(spec(switch, drop=0.05, seed=3), "sum")
-    assert all("checksum" in o for o in clean + lossy), clean + lossy
+    failed = [(o["rank"] if "rank" in o else "?", o.get("error")) for o in clean + lossy
+              if "checksum" not in o]
+    assert not failed, failed
     assert len({o["checksum"] for o in clean + lossy}) == 1, [(o["rank"], o["checksum"][:12], o["stats"].get("retransmissions"), o["stats"].get("drops_injected")) for o in clean + lossy]  # every rank, with or without loss
     assert clean[0]["max_abs_error"] < 1e-5
     assert any(o["stats"]["drops_injected"] for o in lossy)

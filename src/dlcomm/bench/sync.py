@@ -220,7 +220,7 @@ def plot_sync(result: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     fig, axes = plt.subplots(1, len(scenarios), figsize=(5.5 * len(scenarios), 4.2),
                              squeeze=False)
     target = result["summary"]["target"]
-    for ax, scenario in zip(axes[0], scenarios):
+    for ax, scenario in zip(axes[0], scenarios, strict=True):
         for r in (r for r in result["results"] if r["scenario"] == scenario):
             ax.plot([e["time_s"] for e in r["evals"]], [e["accuracy"] for e in r["evals"]],
                     "-", lw=1.2, label=r["sync"])

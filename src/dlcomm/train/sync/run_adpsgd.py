@@ -121,7 +121,7 @@ def _passive(cfg: TrainConfig, env: WorkerEnv, learner: Learner, recorder: Recor
         t_wait = recorder.now()
         with mail.cond:   # apply g (computed at the older model) to the current model
             waited = recorder.now() - t_wait
-            for p, q in zip(learner.params, shadow_params):
+            for p, q in zip(learner.params, shadow_params, strict=True):
                 p.grad = q.grad
             learner.apply()
             stop = learner.steps >= learner.total or book.stop_requested

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 
+import torch.distributed as dist
+
 from dlcomm.train.config import TrainConfig
 from dlcomm.train.runtime import WorkerEnv
 from dlcomm.train.sync.local import Learner, Recorder, wait_until_all_finished
