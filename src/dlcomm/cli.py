@@ -187,9 +187,10 @@ def _register_commands() -> None:
     from dlcomm.plan.commands import topo
     from dlcomm.switch.commands import switch
     from dlcomm.plan.partition.commands import partition
+    from dlcomm.simulate.commands import simulate
     from dlcomm.workloads.commands import workloads
 
-    for command in (workloads, cluster, emulate, switch, bench, topo, partition):
+    for command in (workloads, cluster, emulate, switch, bench, topo, partition, simulate):
         cli.add_command(command)
 
 

@@ -7,10 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dlcomm.cli import cli, main
-from dlcomm.simulate.commands import simulate
-
-cli.add_command(simulate)
+from dlcomm.cli import main
 
 
 def run(*args: str) -> int:

@@ -55,7 +55,8 @@ def exchange_hook(state: ExchangeHookState,
 
     1. note the time the bucket was ready (backward has produced all its gradients), and how
        many of its blocks hold data (the density that sparse aggregation exploits);
-    2. start ``exchange.allreduce`` on the bucket's flat buffer (the sum over workers);
+    2. start ``exchange.allreduce`` on the bucket's flat buffer (the sum over workers),
+       after telling an exchange that has ``set_layout`` the bucket's parameter shapes;
     3. divide the sum by the world size when it arrives; DDP copies it into ``.grad``.
     """
     now = time.perf_counter()
@@ -67,5 +68,8 @@ def exchange_hook(state: ExchangeHookState,
     state.blocks_nonzero += int(blocks.sum())
     state.blocks_total += len(blocks)
     world = state.world_size
+    set_layout = getattr(state.exchange, "set_layout", None)
+    if set_layout is not None:  # compressed exchanges: PowerSGD compresses matrix by matrix
+        set_layout(bucket.index(), [g.shape for g in bucket.gradients()])
     fut = state.exchange.allreduce(bucket.buffer(), bucket.index())
     return fut.then(lambda done: done.value().div_(world))
