@@ -87,3 +87,15 @@ def test_input_density(pattern):
     else:
         assert 0.05 < nonzero_blocks < 0.15
     assert not torch.signbit(x[x == 0]).any()  # zeros are +0.0
+
+
+def test_compressed_exchange_over_a_switch_gets_one(job_tmp):
+    """`compressed:...,over=switch` needs a switch like `switch` does: the launcher starts
+    one and hands its address to the inner exchange, whose bytes are then measured."""
+    res = run_dlcomm("bench", "allreduce", "--exchange", "compressed:method=fp16,over=switch",
+                     "--workers", "2", "--size", "1MB", "--reps", "1", "--json", "c.json",
+                     tmp=job_tmp, timeout=120)
+    assert res.returncode == 0, res.stderr
+    row = json.loads((job_tmp / "c.json").read_text())["results"][0]
+    assert row["max_abs_error"] < 1e-2
+    assert row["exchange_stats"][0]["bytes_sent"] > 0

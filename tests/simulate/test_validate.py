@@ -18,7 +18,10 @@ def test_fit_recovers_overhead_and_efficiency() -> None:
     a, c = fit(modelled, measured)
     assert a == pytest.approx(0.07) and c == pytest.approx(1.08)
     a, c = fit([1.0, 2.0], [0.9, 2.1])          # would need a negative overhead
-    assert a == 0.0 and c == pytest.approx((0.9 + 4.2) / 5)
+    ratios = [1.0 / 0.9, 2.0 / 2.1]             # relative residuals: c = sum(r) / sum(r^2)
+    assert a == 0.0 and c == pytest.approx(sum(ratios) / sum(r * r for r in ratios))
+    a, c = fit([0.01, 1.0], [0.02, 1.0])        # the small size counts as much as the big
+    assert abs(a + c * 0.01 - 0.02) / 0.02 < 1e-9 and abs(a + c - 1.0) < 1e-9
 
 
 def test_modelled_times_are_the_bandwidth_bounds() -> None:

@@ -45,3 +45,9 @@ def test_config_files(tmp_path):
 def test_parse_fault():
     f = parse_fault("2:30:kill")
     assert (f.rank, f.step, f.kind) == (2, 30, "kill")
+
+
+def test_compression_with_a_decentralized_sync_is_refused():
+    with pytest.raises(ConfigError, match="--sync bsp only"):
+        TrainConfig(workload="digits-cnn", sync="hop", compress="fp16")
+    TrainConfig(workload="digits-cnn", sync="bsp", compress="fp16")

@@ -9,8 +9,11 @@ measures them; the fit is
 
     measured(S) = overhead + efficiency x modelled(S)
 
-by least squares over the sizes (overhead >= 0), per exchange. The validation then
-predicts emulated iterations with these two constants, which never saw an iteration.
+by least squares on relative residuals over the sizes (overhead >= 0), per exchange: every
+size counts alike, whatever its time. The default sizes (4, 26 and 52 MB) span the
+collectives of the iterations it is meant for (DDP's first small bucket, its 25 MiB
+buckets, two of them); the fit extrapolates beyond them. The validation then predicts
+emulated iterations with these two constants, which never saw an iteration.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ class CalibrationConfig:
     workers: int
     link_bps: float                              # emulated link rate (already / K)
     exchanges: tuple[str, ...] = ("ring", "switch")
-    sizes: tuple[int, ...] = (4_000_000, 26_000_000, 100_000_000)
+    sizes: tuple[int, ...] = (4_000_000, 26_000_000, 52_000_000)
     reps: int = 3
     warmup: int = 1
 
@@ -63,12 +66,15 @@ def modelled_allreduce_s(kind: str, workers: int, nbytes: float, link_bps: float
 
 
 def fit(modelled: Sequence[float], measured: Sequence[float]) -> tuple[float, float]:
-    """(overhead, efficiency) of measured = overhead + efficiency x modelled, overhead >= 0."""
+    """(overhead, efficiency) of measured = overhead + efficiency x modelled, overhead >= 0,
+    minimising the squared relative residuals (residual / measured)."""
     x, y = np.asarray(modelled, float), np.asarray(measured, float)
-    design = np.column_stack([np.ones_like(x), x])
-    (a, c), *_ = np.linalg.lstsq(design, y, rcond=None)
+    w = 1.0 / y
+    design = np.column_stack([w, x * w])
+    (a, c), *_ = np.linalg.lstsq(design, np.ones_like(y), rcond=None)
     if a < 0:
-        a, c = 0.0, float(x @ y / (x @ x))
+        xr = x * w
+        a, c = 0.0, float(xr.sum() / (xr @ xr))
     return float(a), float(c)
 
 

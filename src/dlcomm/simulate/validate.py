@@ -46,7 +46,7 @@ class ValidateConfig:
     accelerator: str = "v100"
     iterations: int = 2
     warmup: int = 1
-    sizes: tuple[int, ...] = (4_000_000, 26_000_000, 100_000_000)
+    sizes: tuple[int, ...] = (4_000_000, 26_000_000, 52_000_000)
     reps: int = 3
 
     def __post_init__(self) -> None:

@@ -128,7 +128,8 @@ def running_switches(host: str, count: int = 1, prefix: Sequence[str] = (),
 def _needs_switch(spec: str) -> bool:
     from dlcomm.registry import parse_spec
     parsed = parse_spec(spec)
-    return parsed.name in SWITCH_EXCHANGES and "addr" not in parsed.options
+    inner = parsed.options.get("over", "ring") if parsed.name == "compressed" else parsed.name
+    return parse_spec(inner).name in SWITCH_EXCHANGES and "addr" not in parsed.options
 
 
 def _with_options(spec: str, extra: dict[str, str]) -> str:

@@ -68,6 +68,9 @@ class TrainConfig:
         if self.straggler is not None:
             from dlcomm.train.hetero import parse_straggler
             parse_straggler(self.straggler)
+        decentralized = self.sync.split(":", 1)[0] != "bsp"
+        if decentralized and (self.compress != "none" or self.memory != "none"):
+            raise ConfigError(f"--compress/--memory apply to --sync bsp only, not {self.sync}")
 
     @classmethod
     def from_sources(cls, file_values: dict[str, Any] | None = None,

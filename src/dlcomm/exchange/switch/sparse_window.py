@@ -36,10 +36,10 @@ import numpy as np
 from dlcomm.errors import ExchangeError
 from dlcomm.exchange.switch.window import AllreduceOp, Send, _Position
 from dlcomm.wire.packet import ANNOUNCE, DATA, RUN, SPARSE, Header
-from dlcomm.wire.quant import (EXP_NONFINITE, EXP_ZERO, chunk_exponents, dequantize_into,
+from dlcomm.wire.quant import (EXP_NONFINITE, EXP_ZERO, dequantize_into,
                                dequantize_rows, exponents_of_peaks, quantize_rows)
 from dlcomm.wire.sparse import (LOOKAHEAD, RESULT_WIDTH, Segment, block_peaks, data_width,
-                                decode, encode, nonzero_blocks, pack_masks, signed32,
+                                decode, encode, pack_masks, signed32,
                                 zero_absent_blocks)
 
 __all__ = ["SparseAllreduceOp"]
@@ -53,27 +53,26 @@ class SparseAllreduceOp(AllreduceOp):
     runs: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # dense runs left
 
     def _prepare(self) -> np.ndarray:
-        """Find the blocks to send and the chunk exponents, in as few passes as possible.
+        """Find the blocks to send and the chunk exponents in one reduction of the data.
 
-        Threshold 0: a block is sent if any value is non-zero (or NaN); exponents are the
-        dense ones. Threshold > 0: block peaks decide, and the exponents come from the peaks
-        of the blocks that are sent. Absent blocks are then cleared to +0.0 (they may hold
-        -0.0 or small values), so that the output's zeros are exactly what dense mode gives.
+        Block peaks (max |x|, NaN if a NaN is there) decide which blocks travel: those above
+        ``threshold`` (0 = every block with a value other than +-0; NaN blocks always, so
+        that all workers see them). A chunk's exponent comes from the largest peak among
+        its blocks that are sent: with threshold 0 that is the chunk's max |x|, the dense
+        exponent. Absent blocks are then cleared to +0.0 (they may hold -0.0 or, with a
+        threshold, small values), so that the output's zeros are exactly what dense mode
+        gives.
         """
         b = self.block
         if b < 1 or self.k % b:
             raise ExchangeError(f"sparse block {b} must divide k = {self.k}")
         self.m = self.k // b
-        if self.threshold == 0:
-            self.mask = nonzero_blocks(self.data, b)
-            exps = chunk_exponents(self.data, self.k) if self.chunks else np.zeros(0, np.int32)
-        else:
-            peaks = block_peaks(self.data, b)
-            self.mask = ~(peaks <= self.threshold)  # NaN blocks travel: all must see them
-            sent = np.zeros(self.chunks * self.m, dtype=np.float32)
-            sent[: len(peaks)] = np.where(self.mask, peaks, 0.0)
-            exps = exponents_of_peaks(sent.reshape(self.chunks, self.m).max(axis=1)
-                                      if self.chunks else np.zeros(0, np.float32))
+        peaks = block_peaks(self.data, b)
+        self.mask = ~(peaks <= self.threshold)  # NaN blocks travel: all must see them
+        sent = np.zeros(self.chunks * self.m, dtype=np.float32)
+        sent[: len(peaks)] = np.where(self.mask, peaks, 0.0)
+        exps = exponents_of_peaks(sent.reshape(self.chunks, self.m).max(axis=1)
+                                  if self.chunks else np.zeros(0, np.float32))
         zero_absent_blocks(self.data, self.mask, b)
         self.group_mask = np.zeros((self.chunks, self.m), dtype=bool)
         self.group_mask.reshape(-1)[: len(self.mask)] = self.mask
