@@ -32,6 +32,7 @@ import struct
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 __all__ = ["Segment", "nonzero_blocks", "block_peaks", "zero_absent_blocks", "encode", "decode",
            "mask_words", "data_width", "RESULT_WIDTH", "LOOKAHEAD", "signed32", "pack_masks", "popcount"]
@@ -88,12 +89,14 @@ def nonzero_blocks(x: np.ndarray, b: int) -> np.ndarray:
 
 
 def block_peaks(x: np.ndarray, b: int) -> np.ndarray:
-    """max |x| per block of ``b`` elements, in two reductions without a temporary (NaN if
-    the block holds one)."""
+    """max |x| per block of ``b`` elements (NaN if the block holds one), in two reductions
+    without a temporary. torch's row reductions run several times faster than numpy's on
+    short rows (the hot pass of every sparse all-reduce), so they do the work, on ``x``'s
+    own memory."""
     full, rest = divmod(len(x), b)
     if full:
-        view = x[: full * b].reshape(full, b)
-        peaks = np.maximum(view.max(axis=1), -view.min(axis=1))
+        view = torch.from_numpy(x[: full * b]).view(full, b)
+        peaks = torch.maximum(view.amax(dim=1), view.amin(dim=1).neg_()).numpy()
     else:
         peaks = np.zeros(0, np.float32)
     if rest:
