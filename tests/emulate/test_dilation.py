@@ -1,6 +1,7 @@
 """Pure parts of time-dilated emulation."""
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -59,3 +60,11 @@ def test_bad_emulate_config(kwargs, error):
     base = dict(workload="resnet50", workers=2, bandwidth_bps=1e9)
     with pytest.raises(error):
         EmulateConfig(**{**base, **kwargs})
+
+
+def test_gradient_buffers_are_gradient_like_and_differ_per_rank():
+    from dlcomm.emulate.dilation import gradient_buffers
+    a, b = gradient_buffers([1000, 10], 0), gradient_buffers([1000, 10], 1)
+    assert [t.numel() for t in a] == [1000, 10]
+    assert all(t.dtype == torch.float32 and bool((t != 0).all()) for t in a)
+    assert not torch.equal(a[0], b[0]) and torch.equal(a[0], gradient_buffers([1000], 0)[0])

@@ -5,7 +5,7 @@ Workers do not compute. Per iteration each worker (REFERENCES.md section 8, time
 1. waits the model's forward time x K;
 2. walks backward in DDP's bucket order: waits until bucket b's gradients would be ready
    (its backward time x K) and starts an all-reduce of a real tensor of the bucket's size
-   through the chosen exchange, asynchronously, so communication overlaps the remaining
+   (gradient-like values, keyed by the bucket index as DDP does) through the chosen exchange, asynchronously, so communication overlaps the remaining
    backward computation exactly as DDP overlaps it;
 3. waits the rest of backward, then for every all-reduce to finish.
 
@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 import torch.distributed as dist
@@ -138,7 +138,7 @@ def _one_iteration(sched: Schedule, k: float, exchange: Any, buffers: list[torch
             with lock:
                 done[i] = time.perf_counter()
 
-        fut = exchange.allreduce(buf)
+        fut = exchange.allreduce(buf, i)  # the bucket index is its key, as in DDP
         fut.add_done_callback(finished)
         futures.append(fut)
     _sleep_until(t_bwd + timing.backward_s * k)
@@ -153,6 +153,14 @@ def _one_iteration(sched: Schedule, k: float, exchange: Any, buffers: list[torch
             "tail_s": t1 - t_compute_end}
 
 
+def gradient_buffers(numels: Sequence[int], rank: int) -> list[torch.Tensor]:
+    """One buffer per bucket, filled like gradients (normal values, different per rank):
+    an exchange's cost may depend on the values (quantization exponents, compression,
+    sparsity), so zeros would flatter it."""
+    gen = torch.Generator().manual_seed(1_000_003 + rank)
+    return [torch.randn(n, generator=gen).mul_(1e-3) for n in numels]
+
+
 def worker_main(config: dict[str, Any]) -> None:
     """One rank of the emulation (run by ``dlcomm run-job emulate``)."""
     cfg = EmulateConfig(**config)
@@ -162,10 +170,13 @@ def worker_main(config: dict[str, Any]) -> None:
     with process_group(env, cfg.timeout_s):
         exchange = make_exchange(cfg.exchange, ExchangeContext(env.rank, env.world_size,
                                                                job_name=cfg.job_name))
-        buffers = [torch.zeros(n) for n in sched.bucket_numel]
+        buffers = gradient_buffers(sched.bucket_numel, env.rank)
         records = []
         try:
             for i in range(cfg.warmup + cfg.iterations):
+                if i:
+                    for buf in buffers:  # the sums become the next averages, as in DDP
+                        buf.div_(env.world_size)
                 dist.barrier()
                 w0, c0 = wire_bytes(), time.process_time()
                 rec = _one_iteration(sched, cfg.dilation, exchange, buffers)

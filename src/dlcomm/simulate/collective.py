@@ -20,7 +20,7 @@ each a latency (steps x (alpha + hops x per-hop latency)) followed by a transfer
    ``switch`` = in-network aggregation (T ~ n / B); ``sparse-switch`` = aggregation of
    the non-zero blocks only (OmniReduce): each worker streams its density d of the
    blocks, the switch returns their union (d for a pattern shared by all workers,
-   1 - (1 - d)^g for independent ones); ``auto`` = sparse below a union density of 0.85,
+   1 - (1 - d)^g for independent ones); ``auto`` = sparse below the auto exchange's union density threshold,
    else dense; compression (:class:`CompressionModel`) shrinks what the inner exchange
    moves (summable methods) or turns it into a ring all-gather of every worker's payload
    (the others), and adds compression time;

@@ -53,7 +53,11 @@ SWITCH_ENV = "DLCOMM_SWITCH"  # set by dlcomm's launchers when they start the sw
 MAX_K = 16000  # 64,032-byte datagrams: near the UDP maximum, few per-packet costs
 DEFAULT_BLOCK = 256
 DEFAULT_K = MAX_K // DEFAULT_BLOCK * DEFAULT_BLOCK  # 15,872: dense chunks = sparse groups
-AUTO_SPARSE_BELOW = 0.85  # auto: sparse rounds while the global block density is below this
+# auto: sparse rounds while the global block density is below this. Measured crossover of
+# the software switch on the emulated 1 Gbit/s star (docs/sparse.md): sparse wins below
+# ~25% union density and loses up to 2.5x above it (more, smaller rounds, each costing the
+# switch and the workers Python time per packet), and runs within ~6% of dense at 100%.
+AUTO_SPARSE_BELOW = 0.25
 DEFAULT_WINDOW = 8  # per shard: enough to fill a link, small enough not to overflow queues
 
 Address = tuple[str, int]
