@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from dlcomm.switch.dataplane import plan_round
 from dlcomm.switch.fakenet import NetConfig, aggregate
 from dlcomm.wire.sparse import (Segment, decode, encode, nonzero_blocks, pack_masks, popcount,
-                                zero_absent_blocks)
+                                signed_blocks, zero_absent_blocks)
 
 
 def sparse_inputs(n, length, b, pattern, density, seed):
@@ -125,3 +125,14 @@ def test_plan_round_finds_dense_runs():
 def test_popcount():
     words = np.array([[0, 0], [1, 0], [0xFFFFFFFF, 3]], dtype=np.int64)
     assert popcount(words).tolist() == [0, 1, 34]
+
+
+def test_signed_blocks_find_negative_zeros():
+    x = np.array([0.0, 0.0, -0.0, 0.0, 1.0, 2.0, -3.0, 0.0, 0.0], np.float32)
+    assert signed_blocks(x, 2).tolist() == [False, True, False, True, False]
+    assert signed_blocks(np.array([-0.0], np.float32), 4).tolist() == [True]
+    xs = [np.zeros(64, np.float32) for _ in range(2)]
+    xs[0][3], xs[1][40], xs[1][50] = -0.0, -0.0, 7.0   # -0.0 only in absent blocks
+    res = aggregate(xs, 32, 2, sparse_block=8)
+    dense = aggregate([np.abs(x) for x in xs], 32, 2)
+    assert res.outputs[0].tobytes() == dense.outputs[0].tobytes()

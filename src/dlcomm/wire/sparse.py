@@ -34,8 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["Segment", "nonzero_blocks", "block_peaks", "zero_absent_blocks", "encode", "decode",
-           "mask_words", "data_width", "RESULT_WIDTH", "LOOKAHEAD", "signed32", "pack_masks", "popcount"]
+__all__ = ["Segment", "nonzero_blocks", "block_peaks", "signed_blocks", "zero_absent_blocks",
+           "encode", "decode", "mask_words", "data_width", "RESULT_WIDTH", "LOOKAHEAD", "signed32", "pack_masks", "popcount"]
 
 RESULT_WIDTH = 2
 LOOKAHEAD = 32  # next non-zero groups a worker announces per slot
@@ -103,6 +103,20 @@ def block_peaks(x: np.ndarray, b: int) -> np.ndarray:
         tail = x[full * b:]
         peaks = np.append(peaks, max(tail.max(), -tail.min()))
     return peaks
+
+
+def signed_blocks(x: np.ndarray, b: int) -> np.ndarray:
+    """Per block of ``b`` float32 elements: does any value carry the sign bit (a negative
+    number or -0.0)? One integer reduction: -0.0's bits are the smallest int32."""
+    full, rest = divmod(len(x), b)
+    if full:
+        bits = torch.from_numpy(x[: full * b].view(np.int32)).view(full, b)
+        out = (bits.amin(dim=1) < 0).numpy()
+    else:
+        out = np.zeros(0, bool)
+    if rest:
+        out = np.append(out, bool((x[full * b:].view(np.int32) < 0).any()))
+    return out
 
 
 def zero_absent_blocks(x: np.ndarray, present: np.ndarray, b: int) -> None:

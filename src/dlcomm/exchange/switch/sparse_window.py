@@ -39,7 +39,7 @@ from dlcomm.wire.packet import ANNOUNCE, DATA, RUN, SPARSE, Header
 from dlcomm.wire.quant import (EXP_NONFINITE, EXP_ZERO, dequantize_into,
                                dequantize_rows, exponents_of_peaks, quantize_rows)
 from dlcomm.wire.sparse import (LOOKAHEAD, RESULT_WIDTH, Segment, block_peaks, data_width,
-                                decode, encode, pack_masks, signed32,
+                                decode, encode, pack_masks, signed32, signed_blocks,
                                 zero_absent_blocks)
 
 __all__ = ["SparseAllreduceOp"]
@@ -73,7 +73,9 @@ class SparseAllreduceOp(AllreduceOp):
         sent[: len(peaks)] = np.where(self.mask, peaks, 0.0)
         exps = exponents_of_peaks(sent.reshape(self.chunks, self.m).max(axis=1)
                                   if self.chunks else np.zeros(0, np.float32))
-        zero_absent_blocks(self.data, self.mask, b)
+        # with threshold 0 an absent block holds only +-0: clear just the ones with a -0.0
+        keep = self.mask | ~signed_blocks(self.data, b) if self.threshold == 0 else self.mask
+        zero_absent_blocks(self.data, keep, b)
         self.group_mask = np.zeros((self.chunks, self.m), dtype=bool)
         self.group_mask.reshape(-1)[: len(self.mask)] = self.mask
         self.group_blocks = self.group_mask.sum(axis=1)
