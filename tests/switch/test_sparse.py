@@ -136,3 +136,13 @@ def test_signed_blocks_find_negative_zeros():
     res = aggregate(xs, 32, 2, sparse_block=8)
     dense = aggregate([np.abs(x) for x in xs], 32, 2)
     assert res.outputs[0].tobytes() == dense.outputs[0].tobytes()
+
+
+def test_block_density_estimate():
+    from dlcomm.wire.sparse import block_density
+    x = np.zeros(256 * 1000, np.float32)
+    x[::256 * 4] = -1.0                           # every 4th block holds a value
+    assert block_density(x, 256) == 0.25
+    assert abs(block_density(x, 256, every=8) - 1.0) < 1e-9   # the sample hits only those
+    assert abs(block_density(x, 256, every=3) - 0.25) < 0.01
+    assert block_density(np.array([0.0, np.nan], np.float32), 4) == 1.0

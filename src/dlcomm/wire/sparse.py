@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["Segment", "nonzero_blocks", "block_peaks", "signed_blocks", "zero_absent_blocks",
+__all__ = ["Segment", "nonzero_blocks", "block_peaks", "block_density", "signed_blocks", "zero_absent_blocks",
            "encode", "decode", "mask_words", "data_width", "RESULT_WIDTH", "LOOKAHEAD", "signed32", "pack_masks", "popcount"]
 
 RESULT_WIDTH = 2
@@ -103,6 +103,18 @@ def block_peaks(x: np.ndarray, b: int) -> np.ndarray:
         tail = x[full * b:]
         peaks = np.append(peaks, max(tail.max(), -tail.min()))
     return peaks
+
+
+def block_density(x: np.ndarray, b: int, every: int = 1) -> float:
+    """Fraction of blocks of ``b`` elements holding a value other than +-0 (NaN counts),
+    estimated from every ``every``-th block (a deterministic sample: workers that hold the
+    same data get the same answer)."""
+    full = len(x) // b
+    if full == 0:
+        return float(bool(np.any(x != 0))) if len(x) else 0.0
+    rows = torch.from_numpy(x[: full * b]).view(full, b)[::every]
+    present = torch.maximum(rows.amax(dim=1), rows.amin(dim=1).neg_()) != 0
+    return float(present.float().mean())
 
 
 def signed_blocks(x: np.ndarray, b: int) -> np.ndarray:
