@@ -35,7 +35,9 @@ exposed and the network slow):
    group: if the compressed iterations' median exposed time is not below the probes' by
    margin / 2, go back to ``none`` (and ban the methods given up);
 6. every worker averages its measurements with the others (one small all-reduce) before
-   deciding, so all take the same decision; decisions every ``every`` iterations;
+   deciding, so all take the same decision; decisions every ``every`` iterations, and
+   while a decision finds nothing to change the interval doubles up to ``probe`` (each
+   decision is a blocking all-reduce: on a fast network it was most of the layer's cost);
 7. every ``probe`` iterations one iteration runs uncompressed to re-measure the bandwidth
    (compressed payloads are too small to tell a link's rate).
 
@@ -132,6 +134,8 @@ class AdaptivePolicy(Policy):
         self.trial: dict[str, Any] | None = None            # a switch being verified
         self.banned: dict[tuple[str, str], int] = {}        # (bucket, method) -> until
         self.switched_at = 0
+        self.gap = every                 # iterations between decisions: doubles while stable
+        self.last_decided = -1
 
     # -- the Policy interface ---------------------------------------------------------------
 
@@ -183,8 +187,10 @@ class AdaptivePolicy(Policy):
             self._finish(self.current)
         self.current = []
         self.iteration = iteration
-        due = iteration > STABLE_ITERATION and ((iteration - STABLE_ITERATION) % self.every == 0
-                                                or self._probing(iteration - 1))
+        compressing = any(m != "none" for m in self.assignment.values())
+        due = iteration > STABLE_ITERATION and (
+            iteration - max(self.last_decided, STABLE_ITERATION) >= self.gap
+            or (compressing and self._probing(iteration - 1)))
         if due and self.order and self.world > 1:
             self._decide(iteration)
 
@@ -278,6 +284,8 @@ class AdaptivePolicy(Policy):
         return statistics.median(values) if values else -1.0
 
     def _decide(self, iteration: int) -> None:
+        self.last_decided = iteration
+        stable_gap, self.gap = self.gap, self.every  # base rate unless nothing is to change
         names = self.order
         if not self.latencies:  # one tiny all-reduce first: the latency alpha
             t0 = time.perf_counter()
@@ -339,6 +347,9 @@ class AdaptivePolicy(Policy):
                 self.margin * max(iteration_s, now_s), self.min_gain_s)
         chosen = dict(zip(names, proposal))
         switch = better and self.proposal == chosen and proposal != current
+        if not better and self.trial is None:  # nothing to change: decide less often (each
+            # decision is a blocking all-reduce), at least once per probe period
+            self.gap = min(2 * stable_gap, max(self.probe, self.every))
         self.proposal = chosen if better else None
         if switch:
             self.switched_at = iteration
