@@ -120,6 +120,15 @@ class Transport:
             self.stats.ops += 1
             fut.set_result(flat)
 
+    def _control_failure(self, grace_s: float = 0.5) -> str | None:
+        """The control channel's reason for a failed op, if it has one: a switch that drops
+        a job because a worker left answers the others' packets with "unknown job" at once,
+        and the event naming the worker may arrive a moment later, so wait for it briefly."""
+        deadline = time.monotonic() + grace_s
+        while (failure := self.failure()) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return failure
+
     def _run_op(self, flat: torch.Tensor, make_op: MakeOp, view: memoryview,
                 buf: bytearray) -> None:
         data = flat.detach().numpy() if flat.is_contiguous() else flat.contiguous().numpy()
@@ -165,6 +174,9 @@ class Transport:
         self.stats.retransmissions += op.retransmissions
         self.stats.extra["probes"] = self.stats.extra.get("probes", 0) + op.probes
         if op.error is not None:
+            failure = self._control_failure()
+            if failure:
+                raise ExchangeError(failure) from op.error
             raise op.error
         if not flat.is_contiguous():
             flat.copy_(torch.from_numpy(data))
