@@ -43,6 +43,7 @@ def main(spec: str, mode: str, numel: int, seed: int = 0) -> None:
             ref = sum(make_input(seed, r, numel).double() for r in range(world))
             out["max_abs_error"] = float((result.double() - ref).abs().max())
         out["stats"] = ex.stats().as_dict()
+        ex.close()  # leave the job properly: peers may still be recovering their last rounds
     except (DlcommError, RuntimeError) as exc:
         out["error"] = str(exc)
         out["error_after_s"] = time.perf_counter() - start if "start" in locals() else 0.0
