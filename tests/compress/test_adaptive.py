@@ -65,10 +65,10 @@ def run_policy(policy: AdaptivePolicy, network: FakeNetwork, iterations: int) ->
     return methods
 
 
-def identity(values: list[float]) -> list[float]:
+def identity(values: list[float]):
     """The workers' agreement: one worker, and the fake network's 1 ms latency."""
     time.sleep(1e-3)
-    return list(values)
+    return lambda: list(values)
 
 
 def test_fast_network_stays_uncompressed():

@@ -212,6 +212,9 @@ def _keyed(values: tuple[str, ...], convert: Any, what: str) -> dict[str, Any]:
 @click.option("--epochs", type=int, help="Epochs per train-part run (default: the workload's).")
 @click.option("--steps", multiple=True, help="WORKLOAD=N: stop that workload after N steps.")
 @click.option("--eval-every", multiple=True, help="WORKLOAD=N: evaluate every N steps.")
+@click.option("--repeats", type=int, default=1, show_default=True,
+              help="Train part: runs per method and rate, interleaved; the summary takes "
+              "medians.")
 @click.option("--seeds", type=int, default=3, show_default=True, help="Accuracy part seeds.")
 @click.option("--accuracy-epochs", type=int, default=8, show_default=True)
 @click.option("--emulate-models", default="resnet50:8,bert-large:4", show_default=True,
@@ -224,7 +227,8 @@ def _keyed(values: tuple[str, ...], convert: Any, what: str) -> dict[str, Any]:
 def bench_compression(parts: str, size: str, reps: int, throughput_methods: str, methods: str,
                       workloads: tuple[str, ...], targets: tuple[str, ...], bandwidths: str,
                       workers: int, epochs: int | None, steps: tuple[str, ...],
-                      eval_every: tuple[str, ...], seeds: int, accuracy_epochs: int,
+                      eval_every: tuple[str, ...], repeats: int, seeds: int,
+                      accuracy_epochs: int,
                       emulate_models: str, emulate_bandwidth: str, emulate_methods: str,
                       json_path: str | None, plot: str | None) -> None:
     """Does compression pay? Throughput, accuracy, time to target, emulated big models."""
@@ -250,7 +254,7 @@ def bench_compression(parts: str, size: str, reps: int, throughput_methods: str,
         workloads=workloads, targets=_keyed(targets, float, "--target"),
         bandwidths=tuple(b.strip() for b in bandwidths.split(",") if b.strip()),
         workers=workers, epochs=epochs, steps=_keyed(steps, int, "--steps"),
-        eval_every=_keyed(eval_every, int, "--eval-every"), seeds=seeds,
+        eval_every=_keyed(eval_every, int, "--eval-every"), repeats=repeats, seeds=seeds,
         accuracy_epochs=accuracy_epochs, emulate_models=tuple(models),
         emulate_bandwidth=emulate_bandwidth,
         emulate_methods=tuple(parse_methods(emulate_methods)))

@@ -17,7 +17,9 @@ Four parts, each optional, in one ``bench-compression`` JSON result (docs/compre
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import statistics
 import tempfile
 import time
@@ -94,6 +96,7 @@ class CompressionBench:
     epochs: int | None = None
     steps: dict[str, int] = field(default_factory=dict)      # workload name -> step limit
     eval_every: dict[str, int] = field(default_factory=dict)
+    repeats: int = 1                                   # train part, interleaved
     seeds: int = 3
     accuracy_epochs: int = 8
     emulate_models: tuple[tuple[str, int], ...] = (("resnet50", 8), ("bert-large", 4))
@@ -105,8 +108,10 @@ class CompressionBench:
         bad = set(self.parts) - set(PARTS)
         if bad:
             raise ConfigError(f"unknown part(s) {sorted(bad)} (known: {', '.join(PARTS)})")
-        if self.reps < 1 or self.seeds < 1 or self.workers < 2 or self.accuracy_epochs < 1:
-            raise ConfigError("--reps, --seeds, --accuracy-epochs must be >= 1, --workers >= 2")
+        if min(self.reps, self.repeats, self.seeds, self.accuracy_epochs) < 1 \
+                or self.workers < 2:
+            raise ConfigError("--reps, --repeats, --seeds, --accuracy-epochs must be >= 1, "
+                              "--workers >= 2")
         if self.size_bytes < 4:
             raise ConfigError(f"--size must be at least 4 bytes, got {self.size_bytes}")
         for rate in self.bandwidths + (self.emulate_bandwidth,):
@@ -242,12 +247,14 @@ def train_rows(cfg: CompressionBench, progress: Progress) -> list[dict[str, Any]
             with placement(net, cfg.workers) as place:
                 for workload in cfg.workloads:
                     name = parse_spec(workload).name
-                    for method in cfg.methods:
+                    # methods interleaved within each repeat: drift hits all of them alike
+                    for repeat, method in itertools.product(range(cfg.repeats), cfg.methods):
                         t0 = time.perf_counter()
                         doc = _train(workload, method, 0, net, place, cfg,
                                      Path(tmp) / f"t{len(rows)}.json", cfg.epochs)
                         row = {**_train_row(workload, method, doc, cfg.targets[name]),
-                               "bandwidth": rate, "bandwidth_bps": parse_rate(rate)}
+                               "bandwidth": rate, "bandwidth_bps": parse_rate(rate),
+                               "repeat": repeat}
                         rows.append(row)
                         tt = row["time_to_target_s"]
                         progress(f"{rate:>8} {name:<10} {method.label:<36} to target: "
@@ -300,6 +307,16 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
 
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The repeats of one method as one row: median time to target (a run that never got
+    there counts as infinitely slow; None if most never did) and time per step."""
+    reached = sorted(r["time_to_target_s"] or math.inf for r in runs)
+    target = statistics.median(reached)
+    return {"time_to_target_s": target if math.isfinite(target) else None,
+            "time_per_step_s": statistics.median(r["time_per_step_s"] for r in runs),
+            "runs": len(runs)}
+
+
 def summarize(result: dict[str, Any]) -> dict[str, Any]:
     """The headline numbers (docs/compression.md, "must show")."""
     out: dict[str, Any] = {}
@@ -317,10 +334,12 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
                                                 for m, v in mean.items()} if base else None}
     train = result.get("train") or []
     if train:
-        table: dict[str, Any] = {}
+        runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
         for r in train:
             key = f"{parse_spec(r['workload']).name}@{r['bandwidth']}"
-            table.setdefault(key, {})[r["method"]] = r
+            runs.setdefault(key, {}).setdefault(r["method"], []).append(r)
+        table = {key: {m: _median_run(rs) for m, rs in methods.items()}
+                 for key, methods in runs.items()}
         speed: dict[str, Any] = {}
         for key, rows in table.items():
             none = rows.get("none", {}).get("time_to_target_s")
@@ -329,6 +348,7 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
             reached = {m: t for m, t in times.items() if t}
             best = min(reached, key=lambda m: reached[m]) if reached else None
             speed[key] = {
+                "runs": {m: r["runs"] for m, r in rows.items()},
                 "time_to_target_s": times,
                 "speedup_over_uncompressed": {m: _ratio(none, t) for m, t in times.items()},
                 "speedup_over_fp16": {m: _ratio(fp16, t) for m, t in times.items()},
@@ -413,7 +433,10 @@ def print_compression_tables(result: dict[str, Any], json_path: str | None) -> N
         console.print(t)
     for key, v in (s.get("time_to_target") or {}).items():
         t = Table("method", "time to target", "vs none", "vs fp16", "step time vs none",
-                  title=f"time to target: {key}", title_justify="left")
+                  title=f"time to target: {key}" + (
+                      f" (median of {max(v['runs'].values())} runs)"
+                      if max(v.get("runs", {"": 1}).values()) > 1 else ""),
+                  title_justify="left")
         for m, tt in v["time_to_target_s"].items():
             a, b = v["speedup_over_uncompressed"][m], v["speedup_over_fp16"][m]
             c = v["time_per_step_over_uncompressed"][m]

@@ -12,11 +12,15 @@ exposed and the network slow):
    than alpha means the network is not what limits it: B is then taken as 20 x bytes /
    seconds); compressed transfers do not count, they feed step 2's factors instead;
 2. measure, per bucket, when it was handed over (offset s_b after the first bucket), and per
-   bucket and method the compression + decompression seconds C and the bytes sent W
-   (first from one timed trial on random data, then from real calls); a method's cost for a
-   bucket is T = C + f_m (rounds * alpha + W / B), where f_m (1 at first) is the ratio of
-   the method's measured to its modelled collective time (gloo sums float16 on CPUs far
-   slower than float32, for instance; only measurement tells);
+   bucket and method the compression + decompression seconds C and the bytes sent W; a
+   method's cost for a bucket is T = C + f_m (rounds * alpha + W / B), where f_m is the
+   ratio of the method's measured to its modelled collective time (gloo sums float16 on
+   CPUs far slower than float32, an all-gather costs more than its bytes, a CPU-bound
+   network has a high fixed cost per collective; only measurement tells). All three come
+   first from one trial per candidate, when a bucket is first seen: the method compresses
+   random data of the bucket's size and exchanges it through the real exchange, every
+   worker alike (a few collectives, once, instead of iterations spent on a method that
+   does not pay); then from real calls;
 3. the exchange thread runs buckets in order, so an assignment's *exposed* time (what
    backward waits after its last bucket; the trainer's comm wait) is simulated as
    t_b = max(s_b, t_(b-1)) + T_b, exposed = t_last - s_last; communication that fits before
@@ -36,8 +40,10 @@ exposed and the network slow):
    margin / 2, go back to ``none`` (and ban the methods given up);
 6. every worker averages its measurements with the others (one small all-reduce) before
    deciding, so all take the same decision; decisions every ``every`` iterations, and
-   while a decision finds nothing to change the interval doubles up to ``probe`` (each
-   decision is a blocking all-reduce: on a fast network it was most of the layer's cost);
+   while a decision finds nothing to change the interval doubles up to ``probe``. The
+   all-reduce is started at the decision's iteration, runs beside that iteration's
+   gradients and is collected at the next one, where the decision takes effect (a
+   blocking all-reduce per decision was most of this layer's cost on a fast network);
 7. every ``probe`` iterations one iteration runs uncompressed to re-measure the bandwidth
    (compressed payloads are too small to tell a link's rate).
 
@@ -51,6 +57,9 @@ import math
 import statistics
 import time
 from typing import Any, Callable
+
+Agree = Callable[[list[float]], Callable[[], list[float]]]
+"""Start averaging these numbers over the workers; the returned call waits for the result."""
 
 import torch
 
@@ -103,7 +112,7 @@ def greedy_assignment(offsets: list[float], cost: list[dict[str, float]],
 class AdaptivePolicy(Policy):
     """Per-bucket choice among none / fp16 / powersgd / topk (module docstring)."""
 
-    def __init__(self, world: int, native: bool, agree: Callable[[list[float]], list[float]],
+    def __init__(self, world: int, native: bool, agree: Agree,
                  every: int = 5, probe: int = 20, margin: float = 0.1, min_gain_ms: float = 1.0,
                  ratio: float = 0.01, rank: int = 4,
                  candidates: tuple[str, ...] = LOSSINESS) -> None:
@@ -120,6 +129,7 @@ class AdaptivePolicy(Policy):
         self.wire: dict[str, dict[str, float]] = {}
         self.rounds: dict[str, float] = {"none": 1, "fp16": 1, "powersgd": 2, "topk": 1}
         self.factor: dict[str, float] = {m: 1.0 for m in LOSSINESS}
+        self.timed_methods: set[str] = set()   # whose factor a trial has set
         self.iteration_s = 0.0
         self.durations: list[float] = []
         self._first_submit = 0.0
@@ -136,6 +146,7 @@ class AdaptivePolicy(Policy):
         self.switched_at = 0
         self.gap = every                 # iterations between decisions: doubles while stable
         self.last_decided = -1
+        self.pending: dict[str, Any] | None = None  # a decision whose all-reduce is running
 
     # -- the Policy interface ---------------------------------------------------------------
 
@@ -145,11 +156,40 @@ class AdaptivePolicy(Policy):
     def choose(self, name: str, numel: int, iteration: int) -> Compressor:
         if iteration != self.iteration:
             self._next_iteration(iteration)
-        if name not in self.compute and iteration >= STABLE_ITERATION:
-            self._calibrate(name, numel)
         if self._probing(iteration) or self.world == 1:
             return self.methods["none"]
         return self.methods[self.assignment.get(name, "none")]
+
+    def trials(self, name: str, numel: int, iteration: int) -> list[Compressor]:
+        """Step 2's trial: the first time a bucket is seen (once its key is final), every
+        candidate runs once on random data of its size, through the real exchange."""
+        if name in self.compute or iteration < STABLE_ITERATION:
+            return []
+        n = self.world
+        self.compute[name] = {"none": 0.0}
+        self.wire[name] = {"none": (2 * (n - 1) / n if n > 1 else 0.0) * numel * 4}
+        if n == 1:
+            return []
+        if not self.latencies:  # one tiny blocking all-reduce first: the latency alpha
+            t0 = time.perf_counter()
+            self.agree([0.0])()
+            self.latencies.append(time.perf_counter() - t0)
+        self._estimate_network()
+        return [c for m, c in self._fresh().items() if m != "none" and m in self.methods]
+
+    def timed(self, record: CallRecord) -> None:
+        m = record.method
+        self.compute[record.name][m] = record.compute_s
+        self.wire[record.name][m] = record.wire_bytes
+        self.rounds[m] = len(record.collectives) or self.rounds[m]
+        modelled = self.rounds[m] * self.alpha + record.wire_bytes / self.bandwidth
+        if modelled > 0:
+            ratio = min(20.0, max(0.25, record.comm_s / modelled))
+            if m in self.timed_methods:
+                ema(self.factor, m, ratio, weight=0.3)
+            else:
+                self.factor[m] = ratio
+                self.timed_methods.add(m)
 
     def observe(self, record: CallRecord) -> None:
         self.current.append(record)
@@ -191,6 +231,8 @@ class AdaptivePolicy(Policy):
         due = iteration > STABLE_ITERATION and (
             iteration - max(self.last_decided, STABLE_ITERATION) >= self.gap
             or (compressing and self._probing(iteration - 1)))
+        if self.pending is not None:
+            self._conclude(iteration, self.pending)
         if due and self.order and self.world > 1:
             self._decide(iteration)
 
@@ -233,27 +275,6 @@ class AdaptivePolicy(Policy):
         return {"none": NoCompression(), "fp16": HalfCompressor(torch.float16),
                 "powersgd": PowerSGD(self.rank, start=0), "topk": TopK(self.ratio)}
 
-    def _calibrate(self, name: str, numel: int) -> None:
-        """One timed trial of every candidate on random data of the bucket's size."""
-        x = torch.randn(numel)
-        times, sizes = {}, {}
-        for m, c in self._fresh().items():
-            if m not in self.methods:
-                continue
-            t0 = time.perf_counter()
-            payload, ctx = c.compress(x, "calibration")
-            c.decompress(payload, ctx)
-            times[m] = time.perf_counter() - t0 if m != "none" else 0.0
-            sizes[m] = sum(t.numel() * t.element_size() for t in payload)
-        self.compute[name] = times
-        n = self.world
-        ring = 2 * (n - 1) / n if n > 1 else 0.0
-        estimate = {"none": lambda: ring * sizes["none"],
-                    "fp16": lambda: ring * (sizes["fp16"] if self.native else sizes["none"]),
-                    "powersgd": lambda: ring * sizes["powersgd"],
-                    "topk": lambda: (n - 1) * (sizes["topk"] + 16)}
-        self.wire[name] = {m: estimate[m]() for m in sizes}
-
     def _revert(self, iteration: int, previous: dict[str, str], why: str,
                 measured: dict[str, float]) -> None:
         """Go back to ``previous`` and ban the methods given up for 4 probe periods."""
@@ -284,12 +305,12 @@ class AdaptivePolicy(Policy):
         return statistics.median(values) if values else -1.0
 
     def _decide(self, iteration: int) -> None:
+        """Start a decision: average this worker's measurements with the others'."""
         self.last_decided = iteration
-        stable_gap, self.gap = self.gap, self.every  # base rate unless nothing is to change
         names = self.order
-        if not self.latencies:  # one tiny all-reduce first: the latency alpha
+        if not self.latencies:  # one tiny blocking all-reduce first: the latency alpha
             t0 = time.perf_counter()
-            self.agree([0.0])
+            self.agree([0.0])()
             self.latencies.append(time.perf_counter() - t0)
         trial = self.trial
         verify = trial is not None and iteration >= trial["since"] + self.every
@@ -302,9 +323,15 @@ class AdaptivePolicy(Policy):
         mine += [self.offsets.get(n, 0.0) for n in names]
         mine += [self.compute.get(n, {}).get(m, -1.0) for n in names for m in LOSSINESS]
         mine += [self.wire.get(n, {}).get(m, -1.0) for n in names for m in LOSSINESS]
-        t0 = time.perf_counter()
-        agreed = self.agree(mine)                   # the same numbers on every worker
-        self.latencies.append(time.perf_counter() - t0)
+        self.pending = {"names": list(names), "trial": trial, "verify": verify,
+                        "gap": self.gap, "collect": self.agree(mine)}
+
+    def _conclude(self, iteration: int, pending: dict[str, Any]) -> None:
+        """Take the decision started one iteration ago, from the numbers every worker has."""
+        self.pending = None
+        names, trial, verify = pending["names"], pending["trial"], pending["verify"]
+        stable_gap, self.gap = pending["gap"], self.every  # base rate unless nothing changes
+        agreed = pending["collect"]()               # the same numbers on every worker
         alpha, inv_b, before, after, iteration_s, control, treated = agreed[:7]
         factor = dict(zip(LOSSINESS, agreed[7:11]))
         agreed = agreed[11:]
@@ -348,7 +375,7 @@ class AdaptivePolicy(Policy):
         chosen = dict(zip(names, proposal))
         switch = better and self.proposal == chosen and proposal != current
         if not better and self.trial is None:  # nothing to change: decide less often (each
-            # decision is a blocking all-reduce), at least once per probe period
+            # decision is an all-reduce), at least once per probe period
             self.gap = min(2 * stable_gap, max(self.probe, self.every))
         self.proposal = chosen if better else None
         if switch:

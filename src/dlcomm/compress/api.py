@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -73,14 +74,19 @@ def compressed_exchange(inner: Exchange, compress_spec: str, memory_spec: str,
     memory_parsed = parse_spec(memory_spec)
     holder: list[CompressedExchange] = []
 
-    def agree(values: list[float]) -> list[float]:
+    def agree(values: list[float]) -> Callable[[], list[float]]:
+        """Start averaging ``values`` over the workers; the call returned waits for it."""
         t = torch.tensor(values, dtype=torch.float64)
-        if ctx.world_size > 1:
-            dist.all_reduce(t, group=ctx.group)
-            t /= ctx.world_size
-            holder[0].gathered.control_bytes += ring_bytes_per_worker(t.numel() * 8,
-                                                                      ctx.world_size)
-        return t.tolist()
+        if ctx.world_size <= 1:
+            return t.tolist
+        work = dist.all_reduce(t, group=ctx.group, async_op=True)
+        holder[0].gathered.control_bytes += ring_bytes_per_worker(t.numel() * 8,
+                                                                  ctx.world_size)
+
+        def collect() -> list[float]:
+            work.wait()
+            return (t / ctx.world_size).tolist()
+        return collect
 
     native = sums_natively(inner)
     if compress.name == "adaptive":
@@ -101,7 +107,7 @@ def check_specs(compress_spec: str, memory_spec: str) -> None:
     starts (the adaptive policy's options included)."""
     compress = parse_spec(compress_spec)
     if compress.name == "adaptive":
-        _adaptive(dict(compress.options), ExchangeContext(0, 2), True, lambda v: v)
+        _adaptive(dict(compress.options), ExchangeContext(0, 2), True, lambda v: lambda: v)
     else:
         make_compressor(compress)
     make_memory(memory_spec)

@@ -138,6 +138,11 @@ class Memory(abc.ABC):
     def forget(self, name: str) -> None:
         """Everything compensated for ``name`` was sent exactly: nothing remains."""
 
+    def holds(self, name: str) -> bool:
+        """Whether anything is remembered for ``name`` (if not, and the method is lossless,
+        the exchange sends the gradient itself: no copy)."""
+        return True
+
     def reset(self) -> None:
         """Forget everything (DDP rebuilt its buckets)."""
 

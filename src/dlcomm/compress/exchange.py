@@ -81,6 +81,14 @@ class Policy(abc.ABC):
     def observe(self, record: CallRecord) -> None:
         """Learn from a finished call."""
 
+    def trials(self, name: str, numel: int, iteration: int) -> list[Compressor]:
+        """Compressors to time once, on random data of this call's size, before the call
+        (asked the same way on every worker, so every worker runs the same collectives)."""
+        return []
+
+    def timed(self, record: CallRecord) -> None:
+        """What one of the trials cost."""
+
     @abc.abstractmethod
     def compressors(self) -> list[Compressor]:
         """Every compressor this policy may choose."""
@@ -224,23 +232,20 @@ class CompressedExchange(Exchange):
     def _run(self, job: _Job) -> None:
         rec = job.record
         self._begin(rec)
+        for trial in self.policy.trials(rec.name, rec.numel, rec.iteration):
+            self._trial(trial, rec, job.shapes)
         rec.started = time.perf_counter()
         compressor = self.policy.choose(rec.name, rec.numel, rec.iteration)
         rec.method = compressor.name
         warming = rec.iteration < compressor.warmup_iterations
-        use_memory = not warming and rec.iteration >= STABLE_ITERATION
+        use_memory = not warming and rec.iteration >= STABLE_ITERATION and not (
+            compressor.lossless and not self.memory.holds(rec.name))  # nothing to add
         flat, world = job.flat, max(self.ctx.world_size, 1)
         t0 = time.perf_counter()
         p = self.memory.compensate(flat, rec.name) if use_memory else flat
         rec.memory_s = time.perf_counter() - t0
-        if warming:
-            outcome = self._drive(_plain_rounds(p), rec)
-        elif compressor.summable:
-            outcome = self._drive(compressor.rounds(p, rec.name, world, job.shapes), rec)
-        elif compressor.sparse and self.sparse_inner:
-            outcome = self._sparse(compressor, p, rec)
-        else:
-            outcome = self._gather(compressor, p, rec)
+        outcome = self._drive(_plain_rounds(p), rec) if warming else \
+            self._apply(compressor, p, rec, job.shapes)
         t0 = time.perf_counter()
         if use_memory:
             if outcome.exact:
@@ -258,6 +263,28 @@ class CompressedExchange(Exchange):
         self.totals["comm_s"] += rec.comm_s
         self.totals["calls_exact"] += int(outcome.exact)
         self.policy.observe(rec)
+
+    def _apply(self, compressor: Compressor, p: torch.Tensor, rec: CallRecord,
+               shapes: list[torch.Size] | None) -> Outcome:
+        """Compress ``p``, exchange the payload the method's way, decompress."""
+        if compressor.summable:
+            return self._drive(compressor.rounds(p, rec.name, max(self.ctx.world_size, 1),
+                                                 shapes), rec)
+        if compressor.sparse and self.sparse_inner:
+            return self._sparse(compressor, p, rec)
+        return self._gather(compressor, p, rec)
+
+    def _trial(self, compressor: Compressor, like: CallRecord,
+               shapes: list[torch.Size] | None) -> None:
+        """One timed call of a fresh ``compressor`` on random data of ``like``'s size (its
+        bytes are real traffic and count as such)."""
+        compressor.bind(self.ctx.rank, self.ctx.world_size)
+        rec = CallRecord(like.name, like.numel, like.iteration, compressor.name)
+        data = torch.randn(like.numel)
+        rec.started = time.perf_counter()
+        self._apply(compressor, data, rec, shapes)
+        rec.finished = time.perf_counter()
+        self.policy.timed(rec)
 
     # -- summable: rounds through the inner exchange ---------------------------------------
 

@@ -40,6 +40,9 @@ class NoMemory(Memory):
     def compensate(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
         return tensor
 
+    def holds(self, name: str) -> bool:
+        return False
+
     def update(self, compensated: torch.Tensor, name: str, local: torch.Tensor | None,
                average: torch.Tensor) -> None:
         return None
@@ -66,6 +69,9 @@ class ResidualMemory(Memory):
 
     def forget(self, name: str) -> None:
         self.residuals.pop(name, None)
+
+    def holds(self, name: str) -> bool:
+        return name in self.residuals
 
     def reset(self) -> None:
         self.residuals.clear()
