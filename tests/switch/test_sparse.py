@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from dlcomm.switch.dataplane import plan_round
 from dlcomm.switch.fakenet import NetConfig, aggregate
-from dlcomm.wire.sparse import (Segment, decode, encode, nonzero_blocks, pack_masks, popcount,
+from dlcomm.wire.sparse import (Segment, block_peaks, decode, encode, nonzero_blocks, pack_masks,
+                                peaks_of, popcount, present_blocks,
                                 signed_blocks, zero_absent_blocks)
 
 
@@ -146,3 +147,40 @@ def test_block_density_estimate():
     assert abs(block_density(x, 256, every=8) - 1.0) < 1e-9   # the sample hits only those
     assert abs(block_density(x, 256, every=3) - 0.25) < 0.01
     assert block_density(np.array([0.0, np.nan], np.float32), 4) == 1.0
+
+
+def test_present_blocks_tell_values_from_signed_zeros():
+    x = np.array([0.0, 0.0, -0.0, 0.0, 0.0, 1e-45, np.nan, 0.0, -2.0, -0.0, 0.0, -0.0],
+                 np.float32)
+    present, negative_zero = present_blocks(x, 2)
+    assert present.tolist() == [False, False, True, True, True, False]
+    assert negative_zero.tolist() == [False, True, False, False, False, True]
+    present, negative_zero = present_blocks(x[:11], 4)  # partial last block
+    assert present.tolist() == [False, True, True]
+    present, negative_zero = present_blocks(np.array([-0.0, 0.0, -0.0], np.float32), 2)
+    assert present.tolist() == [False, False] and negative_zero.tolist() == [True, True]
+
+
+def test_peaks_of_chosen_blocks_match_all_peaks():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(1003).astype(np.float32)
+    every = block_peaks(x, 10)
+    chosen = np.array([0, 7, 55, 100])
+    assert np.array_equal(peaks_of(x, 10, chosen), every[chosen])
+    x[72] = np.nan
+    assert np.isnan(peaks_of(x, 10, np.array([7]))[0])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([0.0, -0.0, 1.0, -1.0, 1e-45, -1e-45, float("nan"),
+                                 -float("nan"), float("inf"), -float("inf")]),
+                min_size=1, max_size=40), st.integers(1, 9))
+def test_present_blocks_agree_with_the_definition(values, b):
+    x = np.array(values, np.float32)
+    if np.isnan(x).any():  # both NaN signs
+        x[np.isnan(x)] = np.where(np.arange(np.isnan(x).sum()) % 2, -np.nan, np.nan)
+    present, negative_zero = present_blocks(x, b)
+    blocks = [x[i: i + b] for i in range(0, len(x), b)]
+    assert present.tolist() == [bool(np.any(blk != 0) or np.isnan(blk).any()) for blk in blocks]
+    assert negative_zero.tolist() == [
+        not p and bool(np.signbit(blk).any()) for p, blk in zip(present, blocks)]

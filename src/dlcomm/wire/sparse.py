@@ -34,7 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["Segment", "nonzero_blocks", "block_peaks", "block_density", "signed_blocks", "zero_absent_blocks",
+__all__ = ["Segment", "nonzero_blocks", "block_peaks", "block_density", "signed_blocks",
+           "present_blocks", "peaks_of", "zero_absent_blocks",
            "encode", "decode", "mask_words", "data_width", "RESULT_WIDTH", "LOOKAHEAD", "signed32", "pack_masks", "popcount"]
 
 RESULT_WIDTH = 2
@@ -102,6 +103,51 @@ def block_peaks(x: np.ndarray, b: int) -> np.ndarray:
     if rest:
         tail = x[full * b:]
         peaks = np.append(peaks, max(tail.max(), -tail.min()))
+    return peaks
+
+
+_INT_MIN = np.iinfo(np.int32).min  # the bits of -0.0 as an int32
+
+
+def present_blocks(x: np.ndarray, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per block of ``b`` float32 elements: (holds a value other than +-0, NaN included;
+    holds only +-0 with at least one -0.0), from two integer reductions over ``x``'s own
+    memory. As int32, +0.0 is 0, -0.0 the smallest int32 and negative floats lie between
+    them, so min and max decide every block except one holding -0.0 and +0.0 and nothing
+    positive: those few are looked at again."""
+    full, rest = divmod(len(x), b)
+    if full:
+        bits = torch.from_numpy(x[: full * b].view(np.int32)).view(full, b)
+        lo, hi = bits.amin(dim=1).numpy(), bits.amax(dim=1).numpy()
+        present = (hi > 0) | ((lo > _INT_MIN) & ((lo != 0) | (hi != 0))) | (
+            (lo == _INT_MIN) & (hi != _INT_MIN) & (hi != 0))
+        unsure = np.flatnonzero((lo == _INT_MIN) & (hi == 0))
+        if len(unsure):  # nothing positive: a value is there iff some float is below 0
+            rows = torch.from_numpy(x[: full * b]).view(full, b)[torch.from_numpy(unsure)]
+            present[unsure] = (rows.amin(dim=1) != 0).numpy()
+        negative_zero = ~present & (lo == _INT_MIN)
+    else:
+        present = negative_zero = np.zeros(0, bool)
+    if rest:
+        tail = x[full * b:]
+        here = bool(np.any(tail != 0) or np.isnan(tail).any())
+        present = np.append(present, here)
+        negative_zero = np.append(negative_zero,
+                                  not here and bool((tail.view(np.int32) == _INT_MIN).any()))
+    return present, negative_zero
+
+
+def peaks_of(x: np.ndarray, b: int, blocks: np.ndarray) -> np.ndarray:
+    """max |x| of the given blocks (NaN if one holds a NaN); the last may be partial."""
+    full = len(x) // b
+    inside = blocks[blocks < full]
+    peaks = np.zeros(len(blocks), np.float32)
+    if len(inside):
+        rows = torch.from_numpy(x[: full * b]).view(full, b)[torch.from_numpy(inside)]
+        peaks[: len(inside)] = torch.maximum(rows.amax(dim=1), rows.amin(dim=1).neg_()).numpy()
+    if len(inside) < len(blocks):  # sorted: the partial block is the last one
+        tail = x[full * b:]
+        peaks[-1] = max(tail.max(), -tail.min())
     return peaks
 
 

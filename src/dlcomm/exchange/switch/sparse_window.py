@@ -39,7 +39,7 @@ from dlcomm.wire.packet import ANNOUNCE, DATA, RUN, SPARSE, Header
 from dlcomm.wire.quant import (EXP_NONFINITE, EXP_ZERO, dequantize_into,
                                dequantize_rows, exponents_of_peaks, quantize_rows)
 from dlcomm.wire.sparse import (LOOKAHEAD, RESULT_WIDTH, Segment, block_peaks, data_width,
-                                decode, encode, pack_masks, signed32, signed_blocks,
+                                decode, encode, pack_masks, peaks_of, present_blocks, signed32,
                                 zero_absent_blocks)
 
 __all__ = ["SparseAllreduceOp"]
@@ -53,29 +53,36 @@ class SparseAllreduceOp(AllreduceOp):
     runs: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # dense runs left
 
     def _prepare(self) -> np.ndarray:
-        """Find the blocks to send and the chunk exponents in one reduction of the data.
+        """Find the blocks to send and the chunk exponents (the hot pass over the data).
 
-        Block peaks (max |x|, NaN if a NaN is there) decide which blocks travel: those above
-        ``threshold`` (0 = every block with a value other than +-0; NaN blocks always, so
-        that all workers see them). A chunk's exponent comes from the largest peak among
-        its blocks that are sent: with threshold 0 that is the chunk's max |x|, the dense
-        exponent. Absent blocks are then cleared to +0.0 (they may hold -0.0 or, with a
-        threshold, small values), so that the output's zeros are exactly what dense mode
-        gives.
+        Blocks above ``threshold`` travel (0 = every block with a value other than +-0;
+        NaN blocks always, so that all workers see them). With threshold 0 one integer
+        min/max reduction finds them and the peaks (max |x|) are taken of the present
+        blocks only; with a threshold, every block's peak decides. A chunk's exponent comes
+        from the largest peak among its blocks that are sent: with threshold 0 that is the
+        chunk's max |x|, the dense exponent. Absent blocks are then cleared to +0.0 (they
+        may hold -0.0 or, with a threshold, small values), so that the output's zeros are
+        exactly what dense mode gives.
         """
         b = self.block
         if b < 1 or self.k % b:
             raise ExchangeError(f"sparse block {b} must divide k = {self.k}")
         self.m = self.k // b
-        peaks = block_peaks(self.data, b)
-        self.mask = ~(peaks <= self.threshold)  # NaN blocks travel: all must see them
         sent = np.zeros(self.chunks * self.m, dtype=np.float32)
-        sent[: len(peaks)] = np.where(self.mask, peaks, 0.0)
+        if self.threshold == 0:  # one pass finds the blocks; peaks only where they are
+            self.mask, negative_zero = present_blocks(self.data, b)
+            present = np.flatnonzero(self.mask)
+            sent[present] = peaks_of(self.data, b, present)
+            keep = ~negative_zero  # an absent block holds +-0: clear just the -0.0 ones
+        else:
+            peaks = block_peaks(self.data, b)
+            self.mask = ~(peaks <= self.threshold)  # NaN blocks travel: all must see them
+            sent[: len(peaks)] = np.where(self.mask, peaks, 0.0)
+            keep = self.mask
         exps = exponents_of_peaks(sent.reshape(self.chunks, self.m).max(axis=1)
                                   if self.chunks else np.zeros(0, np.float32))
-        # with threshold 0 an absent block holds only +-0: clear just the ones with a -0.0
-        keep = self.mask | ~signed_blocks(self.data, b) if self.threshold == 0 else self.mask
-        zero_absent_blocks(self.data, keep, b)
+        if not keep.all():
+            zero_absent_blocks(self.data, keep, b)
         self.group_mask = np.zeros((self.chunks, self.m), dtype=bool)
         self.group_mask.reshape(-1)[: len(self.mask)] = self.mask
         self.group_blocks = self.group_mask.sum(axis=1)
