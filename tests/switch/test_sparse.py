@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from dlcomm.switch.dataplane import plan_round
 from dlcomm.switch.fakenet import NetConfig, aggregate
-from dlcomm.wire.sparse import (Segment, block_peaks, decode, encode, nonzero_blocks, pack_masks,
+from dlcomm.wire.sparse import (Blocks, block_peaks, decode, encode, nonzero_blocks, pack_masks,
                                 peaks_of, popcount, present_blocks,
                                 signed_blocks, zero_absent_blocks)
 
@@ -78,19 +78,27 @@ def test_nan_in_a_sparse_block_fails_everyone():
 
 
 def test_payload_round_trip_and_rejects():
-    segs = [Segment(3, np.array([True, False, True]), np.arange(8, dtype=np.int32)),
-            Segment(9, np.array([False, True, False]), np.arange(4, dtype=np.int32))]
+    part = Blocks(np.array([3, 9]), np.array([[True, False, True], [False, True, False]]),
+                  np.arange(12, dtype=np.int32).reshape(3, 4))
     head = np.array([[12, -5, 7, 0], [15, 3, 1, 0]])
-    data = encode(head, segs)
+    data = encode(head, part)
     back, got = decode(data, 12, 4, 4)
     assert back.tolist() == [[12, 2**32 - 5, 7, 0], [15, 3, 1, 0]]
-    assert [(s.group, s.mask.tolist(), s.values.tolist()) for s in got] == \
-        [(s.group, s.mask.tolist(), s.values.tolist()) for s in segs]
+    assert got.groups.tolist() == [3, 9] and got.mask.tolist() == part.mask.tolist()
+    assert got.values.tolist() == part.values.tolist()
     for broken in (data[:-4], data + b"\0\0\0\0", data[:6]):
         with pytest.raises(ValueError):
             decode(broken, 12, 4, 4)
     with pytest.raises(ValueError):
         decode(data, 13, 4, 4)  # header disagrees with the values
+    with pytest.raises(ValueError, match="increasing"):  # a group twice would be added twice
+        decode(encode(head, Blocks(np.array([9, 9]), part.mask, part.values)), 12, 4, 4)
+    stray = bytearray(data)
+    stray[12 + 4 * 4 * 2 + 4 * 2] |= 0b1000  # bit 3 of a 3-block mask
+    with pytest.raises(ValueError):
+        decode(bytes(stray), 12, 4, 4)
+    empty_head, empty = decode(encode(np.zeros((0, 4)), Blocks.empty()), 0, 4, 4)
+    assert empty_head.shape == (0, 4) and len(empty.groups) == 0
 
 
 def look(rows, m):

@@ -38,7 +38,7 @@ from dlcomm.switch.jobs import Address, Job, JobTable
 from dlcomm.wire.packet import (ANNOUNCE, COMPLETE, DATA, ERROR, PROBE, RESEND, RESULT, RUN,
                                 SPARSE, STATUS,
                                 HEADER_SIZE, SWITCH_RANK, Header, Malformed, decode)
-from dlcomm.wire.sparse import LOOKAHEAD, Segment, data_width, popcount, signed32
+from dlcomm.wire.sparse import LOOKAHEAD, Blocks, data_width, popcount, signed32
 from dlcomm.wire.sparse import decode as decode_sparse
 from dlcomm.wire.sparse import encode as encode_sparse
 from dlcomm.wire.quant import EXP_ZERO
@@ -61,7 +61,7 @@ class SlotCopy:
     numel: int = 0
     acc: np.ndarray | None = None
     sparse: bool = False
-    groups: dict[int, int] | None = None  # sparse: this round's groups -> row of its sums
+    groups: np.ndarray | None = None  # sparse: this round's groups (sorted): rows of sums
     sums: np.ndarray | None = None   # sparse: int32 (groups, m, b)
     union: np.ndarray | None = None  # sparse: bool (groups, m): blocks anyone sent
     run: bool = False                # sparse: the result plans a dense run
@@ -267,7 +267,7 @@ class Dataplane:
             # Every worker contributes, those without data in the groups with none: a slot
             # never runs ahead of a worker that has not received its previous result.
             copy.expected = slots.all
-            copy.groups = {int(g): row for row, g in enumerate(stream.pending_groups)}
+            copy.groups = stream.pending_groups
             m = job.k // job.block
             copy.sums = np.zeros((len(copy.groups), m, job.block), np.int32)
             copy.union = np.zeros((len(copy.groups), m), bool)
@@ -278,29 +278,23 @@ class Dataplane:
                     copy: SlotCopy) -> bool:
         """Add a sparse contribution; record the sender's look-ahead. False if malformed."""
         job = slots.job
+        m = job.k // job.block
         try:
-            head, segments = decode_sparse(payload, hdr.numel, job.block,
-                                           data_width(job.k // job.block))
+            head, part = decode_sparse(payload, hdr.numel, job.block, data_width(m))
         except ValueError:
             return False
-        m = job.k // job.block
         if copy.groups is None:
-            if segments:
+            if len(part.groups):
                 return False  # values in an announce round
-        else:
-            rows = [copy.groups.get(seg.group, -1) for seg in segments]
-            if min(rows, default=0) < 0 or len(set(rows)) != len(rows) or \
-                    any(len(seg.mask) != m for seg in segments):
-                return False
-            if segments:  # one accumulation for all the sender's blocks of this round
-                assert copy.sums is not None and copy.union is not None
-                masks = np.stack([seg.mask for seg in segments])
-                row_of = np.repeat(np.array(rows), masks.sum(axis=1))
-                blocks = np.concatenate([np.flatnonzero(seg.mask) for seg in segments])
-                flat = copy.sums.reshape(-1, job.block)
-                flat[row_of * m + blocks] += np.concatenate(
-                    [seg.values for seg in segments]).reshape(-1, job.block)
-                copy.union[np.array(rows)] |= masks
+        elif len(part.groups):  # one accumulation for all the sender's blocks of this round
+            rows = np.searchsorted(copy.groups, part.groups)
+            if part.mask.shape[1] != m or rows[-1] >= len(copy.groups) or \
+                    (copy.groups[rows] != part.groups).any():
+                return False  # groups not planned for this round (they are distinct: decoded)
+            assert copy.sums is not None and copy.union is not None
+            segment, block = np.nonzero(part.mask)
+            copy.sums.reshape(-1, job.block)[rows[segment] * m + block] += part.values
+            copy.union[rows] |= part.mask
         stream = slots.streams[hdr.slot]
         assert stream is not None
         head[:, 1] = signed32(head[:, 1])
@@ -323,16 +317,16 @@ class Dataplane:
             stream.pending_groups, stream.pending_exps = groups, exps
         else:
             stream.pending_seq = -1
-        segments = []
-        for group, row in sorted((copy.groups or {}).items()):
+        part = Blocks.empty()
+        if copy.groups is not None and len(copy.groups):
             assert copy.union is not None and copy.sums is not None
-            mask = copy.union[row]
-            if mask.any():
-                segments.append(Segment(group, mask, copy.sums[row][mask].reshape(-1)))
-        copy.numel = sum(len(seg.values) for seg in segments)
+            sent = copy.union.any(axis=1)  # the sums of the blocks sent, not the whole rows
+            values = copy.sums.reshape(-1, job.block)[np.flatnonzero(copy.union)]
+            part = Blocks(copy.groups[sent], copy.union[sent], values)
+        copy.numel = part.values.size
         copy.exp = int(exps.max()) if len(exps) else EXP_ZERO
         copy.result = encode_sparse(np.stack([groups, exps], axis=1) if len(groups)
-                                    else np.zeros((0, 2), np.int64), segments)
+                                    else np.zeros((0, 2), np.int64), part)
 
     def _probe(self, slots: _JobSlots, hdr: Header, copy: SlotCopy, src: Address
                ) -> list[Output]:

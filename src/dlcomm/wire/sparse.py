@@ -7,18 +7,21 @@ modes. A block is non-zero if any |x| > threshold (0: exact) or it holds a NaN.
 A sparse round covers one or more groups (the switch picks them from the workers'
 look-ahead), and its payloads are, as little-endian u32 words then int32 values::
 
-    nseg    u32               segments (groups) carried
+    nseg    u32               groups carried
     nhead   u32               entries of the head table
+    m       u32               blocks per group (every mask has m bits; 0 when nseg is 0)
     head    nhead x width u32 DATA (width 2 + ceil(m / 32)): the sender's next non-zero
                               groups after this round, as (group, exponent, block mask words);
                               RESULT (width 2): the next round's groups, as (group, agreed
                               exponent) - empty when the position is done
-    then per segment:
-      group  u32, blocks u32 (blocks in the group: m, or fewer at the tensor's end),
-      mask   ceil(blocks / 32) u32 words (bit i: block i present),
-      values b int32 per present block (a partial last block is zero-padded)
+    groups  nseg u32          strictly increasing
+    masks   nseg x ceil(m / 32) u32   bit i: block i of that group is present
+    values  b int32 per present block, group after group, blocks in order (a partial last
+            block of the tensor is zero-padded)
 
-The header's ``numel`` counts all values of all segments.
+Everything of one kind lies together, so that one payload is decoded (and summed) with a
+handful of array operations whatever its number of groups. The header's ``numel`` counts
+all values.
 
 A RESULT flagged RUN plans a *dense run*: every worker announced the listed groups, with
 every block present. Those groups then follow as ordinary dense rounds (the cheap path of the
@@ -34,12 +37,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["Segment", "nonzero_blocks", "block_peaks", "block_density", "signed_blocks",
+__all__ = ["Blocks", "nonzero_blocks", "block_peaks", "block_density", "signed_blocks",
            "present_blocks", "peaks_of", "zero_absent_blocks",
            "encode", "decode", "mask_words", "data_width", "RESULT_WIDTH", "LOOKAHEAD", "signed32", "pack_masks", "popcount"]
 
 RESULT_WIDTH = 2
-LOOKAHEAD = 32  # next non-zero groups a worker announces per slot
+LOOKAHEAD = 64  # next non-zero groups a worker announces per slot
 
 
 def data_width(blocks_per_group: int) -> int:
@@ -65,10 +68,18 @@ def popcount(words: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class Segment:
-    group: int
-    mask: np.ndarray     # bool per block of the group
-    values: np.ndarray   # int32, b per present block
+class Blocks:
+    """The groups of one sparse payload: ``mask[i, j]`` says block j of ``groups[i]`` is
+    present, and ``values`` holds the present blocks' values as rows of b, in the order of
+    ``np.nonzero(mask)``."""
+
+    groups: np.ndarray   # int64 (n,)
+    mask: np.ndarray     # bool (n, m)
+    values: np.ndarray   # int32 (mask.sum(), b)
+
+    @classmethod
+    def empty(cls, m: int = 0, b: int = 1) -> Blocks:
+        return cls(np.zeros(0, np.int64), np.zeros((0, m), bool), np.zeros((0, b), np.int32))
 
 
 def signed32(values: np.ndarray) -> np.ndarray:
@@ -192,60 +203,44 @@ def zero_absent_blocks(x: np.ndarray, present: np.ndarray, b: int) -> None:
         x[full * b:] = 0.0
 
 
-def encode(head: np.ndarray, segments: list[Segment]) -> bytes:
+_HEAD = struct.Struct("<III")
+
+
+def encode(head: np.ndarray, blocks: Blocks) -> bytes:
     """A sparse payload (``head``: an (n, width) table of u32-representable ints)."""
     table = np.ascontiguousarray(head, dtype=np.int64).astype("<u4")
-    parts = [np.array([len(segments), len(table)], dtype="<u4").tobytes(), table.tobytes()]
-    for seg in segments:
-        bits = np.zeros(mask_words(len(seg.mask)) * 32, dtype=bool)
-        bits[: len(seg.mask)] = seg.mask
-        parts.append(np.array([seg.group, len(seg.mask)], dtype="<u4").tobytes())
-        parts.append(np.packbits(bits, bitorder="little").tobytes())
-        parts.append(np.ascontiguousarray(seg.values, dtype="<i4").tobytes())
-    return b"".join(parts)
-
-
-_PAIR = struct.Struct("<II")
+    n, m = blocks.mask.shape
+    words = pack_masks(blocks.mask).astype("<u4") if n else np.zeros(0, "<u4")
+    return b"".join((_HEAD.pack(n, len(table), m if n else 0), table.tobytes(),
+                     np.asarray(blocks.groups, dtype="<u4").tobytes(), words.tobytes(),
+                     np.ascontiguousarray(blocks.values, dtype="<i4").tobytes()))
 
 
 def decode(payload: memoryview | bytes, numel: int, b: int, width: int
-           ) -> tuple[np.ndarray, list[Segment]]:
-    """(head table as int64 (n, width), segments); ValueError if anything is inconsistent."""
+           ) -> tuple[np.ndarray, Blocks]:
+    """(head table as int64 (n, width), blocks); ValueError if anything is inconsistent."""
     data = memoryview(payload)
-    if len(data) < 8:
+    if len(data) < _HEAD.size:
         raise ValueError("sparse payload shorter than its header")
-    nseg, nhead = _PAIR.unpack_from(data, 0)
-    offset = 8 + 4 * width * nhead
-    if offset > len(data) or nseg > len(data):
-        raise ValueError("sparse head table runs past the payload")
-    head = np.frombuffer(data, dtype="<u4", count=width * nhead, offset=8).astype(np.int64)
-    head = head.reshape(nhead, width)
-    layout = []  # (group, blocks, mask offset, words)
-    for _ in range(nseg):
-        if offset + 8 > len(data):
-            raise ValueError("sparse segment header runs past the payload")
-        group, blocks = _PAIR.unpack_from(data, offset)
-        words = mask_words(blocks)
-        layout.append((group, blocks, offset + 8, words))
-        offset += 8 + 4 * words
-        if offset > len(data):
-            raise ValueError("sparse mask runs past the payload")
-        count = popcount(np.frombuffer(data, "<u4", count=words, offset=offset - 4 * words
-                                       ).reshape(1, -1))[0] * b
-        offset += 4 * int(count)
-        if offset > len(data):
-            raise ValueError("sparse values run past the payload")
-    if offset != len(data):
-        raise ValueError(f"sparse payload of {len(data)} bytes does not match its {nseg} "
-                         "segments")
-    segments, values_seen = [], 0
-    for group, blocks, moff, words in layout:
-        raw = np.frombuffer(data, dtype=np.uint8, count=4 * words, offset=moff)
-        mask = np.unpackbits(raw, bitorder="little")[:blocks].astype(bool)
-        count = int(mask.sum()) * b
-        values = np.frombuffer(data, dtype="<i4", count=count, offset=moff + 4 * words)
-        values_seen += count
-        segments.append(Segment(int(group), mask, values))
-    if values_seen != numel:
-        raise ValueError(f"sparse payload holds {values_seen} values, the header says {numel}")
-    return head, segments
+    nseg, nhead, m = _HEAD.unpack_from(data, 0)
+    words = mask_words(m)
+    offset = _HEAD.size + 4 * width * nhead
+    end = offset + 4 * nseg * (1 + words)
+    if end > len(data) or (nseg and not m):
+        raise ValueError("sparse head table, groups or masks run past the payload")
+    head = np.frombuffer(data, dtype="<u4", count=width * nhead, offset=_HEAD.size
+                         ).astype(np.int64).reshape(nhead, width)
+    groups = np.frombuffer(data, dtype="<u4", count=nseg, offset=offset).astype(np.int64)
+    if nseg > 1 and not (groups[1:] > groups[:-1]).all():
+        raise ValueError("sparse groups are not strictly increasing")
+    raw = np.frombuffer(data, dtype=np.uint8, count=4 * words * nseg, offset=offset + 4 * nseg)
+    bits = np.unpackbits(raw.reshape(nseg, 4 * words), axis=1, bitorder="little")
+    if bits[:, m:].any():
+        raise ValueError("sparse mask has bits beyond its group's blocks")
+    mask = bits[:, :m].astype(bool)
+    present = int(np.count_nonzero(bits))
+    if present * b != numel or len(data) - end != 4 * numel:
+        raise ValueError(f"sparse payload of {len(data)} bytes holds {present} blocks; the "
+                         f"header says {numel} values")
+    values = np.frombuffer(data, dtype="<i4", count=numel, offset=end).reshape(present, b)
+    return head, Blocks(groups, mask, values)

@@ -38,11 +38,14 @@ from dlcomm.exchange.switch.window import AllreduceOp, Send, _Position
 from dlcomm.wire.packet import ANNOUNCE, DATA, RUN, SPARSE, Header
 from dlcomm.wire.quant import (EXP_NONFINITE, EXP_ZERO, dequantize_into,
                                dequantize_rows, exponents_of_peaks, quantize_rows)
-from dlcomm.wire.sparse import (LOOKAHEAD, RESULT_WIDTH, Segment, block_peaks, data_width,
-                                decode, encode, pack_masks, peaks_of, present_blocks, signed32,
-                                zero_absent_blocks)
+from dlcomm.wire.sparse import (LOOKAHEAD, RESULT_WIDTH, Blocks, block_density, block_peaks,
+                                data_width, decode, encode, pack_masks, peaks_of, present_blocks,
+                                signed32, signed_blocks, zero_absent_blocks)
 
 __all__ = ["SparseAllreduceOp"]
+
+
+FEW_BLOCKS = 0.25  # below this sampled density the blocks are found first, then their peaks
 
 
 @dataclass
@@ -56,9 +59,11 @@ class SparseAllreduceOp(AllreduceOp):
         """Find the blocks to send and the chunk exponents (the hot pass over the data).
 
         Blocks above ``threshold`` travel (0 = every block with a value other than +-0;
-        NaN blocks always, so that all workers see them). With threshold 0 one integer
-        min/max reduction finds them and the peaks (max |x|) are taken of the present
-        blocks only; with a threshold, every block's peak decides. A chunk's exponent comes
+        NaN blocks always, so that all workers see them). With threshold 0 and few present
+        blocks (a sample of every 7th block says), one integer min/max reduction finds them
+        and the peaks (max |x|) are taken of the present blocks only; otherwise every
+        block's peak decides (and, with threshold 0, one integer reduction finds the absent
+        blocks that hold a -0.0). A chunk's exponent comes
         from the largest peak among its blocks that are sent: with threshold 0 that is the
         chunk's max |x|, the dense exponent. Absent blocks are then cleared to +0.0 (they
         may hold -0.0 or, with a threshold, small values), so that the output's zeros are
@@ -69,7 +74,8 @@ class SparseAllreduceOp(AllreduceOp):
             raise ExchangeError(f"sparse block {b} must divide k = {self.k}")
         self.m = self.k // b
         sent = np.zeros(self.chunks * self.m, dtype=np.float32)
-        if self.threshold == 0:  # one pass finds the blocks; peaks only where they are
+        if self.threshold == 0 and block_density(self.data, b, every=7) < FEW_BLOCKS:
+            # one pass finds the few blocks; peaks only where they are
             self.mask, negative_zero = present_blocks(self.data, b)
             present = np.flatnonzero(self.mask)
             sent[present] = peaks_of(self.data, b, present)
@@ -78,7 +84,8 @@ class SparseAllreduceOp(AllreduceOp):
             peaks = block_peaks(self.data, b)
             self.mask = ~(peaks <= self.threshold)  # NaN blocks travel: all must see them
             sent[: len(peaks)] = np.where(self.mask, peaks, 0.0)
-            keep = self.mask
+            keep = self.mask | ~signed_blocks(self.data, b) if self.threshold == 0 \
+                else self.mask
         exps = exponents_of_peaks(sent.reshape(self.chunks, self.m).max(axis=1)
                                   if self.chunks else np.zeros(0, np.float32))
         if not keep.all():
@@ -141,28 +148,25 @@ class SparseAllreduceOp(AllreduceOp):
         counts = masks.sum(axis=1)
         blocks = (mine[:, None] * self.m + np.arange(self.m))[masks]
         e_rows = np.repeat(np.array([plan[int(g)] for g in mine], dtype=np.int64), counts)
-        q = quantize_rows(self._gather(blocks), e_rows, self.workers).reshape(-1) \
-            if len(blocks) else np.zeros(0, np.int32)
-        ends = np.cumsum(counts) * self.block
-        segments = [Segment(int(g), masks[i], q[ends[i] - counts[i] * self.block: ends[i]])
-                    for i, g in enumerate(mine)]
+        q = quantize_rows(self._gather(blocks), e_rows, self.workers) \
+            if len(blocks) else np.zeros((0, self.block), np.int32)
         self.cursor[pos.index] += len(mine)
         pos.chunk = min(plan)
         pos.header = self._header(pos, q.size, min(plan) * self.k)
-        pos.payload = np.frombuffer(encode(self._look(pos.index), segments), dtype=np.uint8)
+        pos.payload = np.frombuffer(encode(self._look(pos.index), Blocks(mine, masks, q)),
+                                    dtype=np.uint8)
         return self._send(pos, now)
 
     # -- results --------------------------------------------------------------------------
-    def _write(self, segments: list[Segment], plan: dict[int, int]) -> None:
+    def _write(self, part: Blocks, plan: dict[int, int]) -> None:
         """Dequantize the summed blocks of a result into the output (all groups at once)."""
-        if not segments:
+        if not len(part.groups):
             return
         b, m = self.block, self.m
-        blocks = np.concatenate([s.group * m + np.flatnonzero(s.mask) for s in segments])
-        counts = [int(s.mask.sum()) for s in segments]
-        e_rows = np.repeat(np.array([plan[s.group] for s in segments], dtype=np.int64), counts)
-        values = np.concatenate([s.values for s in segments]).reshape(-1, b)
-        rows = dequantize_rows(values, e_rows, self.workers)
+        segment, block = np.nonzero(part.mask)
+        blocks = part.groups[segment] * m + block
+        exps = np.array([plan[g] for g in part.groups.tolist()], dtype=np.int64)
+        rows = dequantize_rows(part.values, exps[segment], self.workers)
         self.union_blocks += len(blocks)
         full = len(self.out) // b
         inside = blocks < full
@@ -175,7 +179,8 @@ class SparseAllreduceOp(AllreduceOp):
         self._next_round(pos)
         pos.chunk = -1
         pos.header = self._header(pos, 0, len(self.data) & 0xFFFFFFFF, SPARSE | ANNOUNCE)
-        pos.payload = np.frombuffer(encode(self._look(pos.index), []), dtype=np.uint8)
+        pos.payload = np.frombuffer(encode(self._look(pos.index), Blocks.empty()),
+                                    dtype=np.uint8)
         self.plans[pos.index] = {}
         return self._send(pos, now)
 
@@ -204,13 +209,14 @@ class SparseAllreduceOp(AllreduceOp):
             del self.runs[pos.index]
             return [self._announce(pos, now)]
         try:
-            head, segments = decode(payload, hdr.numel, self.block, RESULT_WIDTH)
+            head, part = decode(payload, hdr.numel, self.block, RESULT_WIDTH)
         except ValueError:
             return None
         current = self.plans.get(pos.index, {})
-        if any(seg.group not in current or len(seg.mask) > self.m for seg in segments):
+        if len(part.groups) and (part.mask.shape[1] != self.m or any(
+                g not in current for g in part.groups.tolist())):
             return None  # not this round's result
-        self._write(segments, current)
+        self._write(part, current)
         plan = {int(g): int(e) for g, e in zip(head[:, 0], signed32(head[:, 1]))}
         self.plans[pos.index] = plan
         if not plan:

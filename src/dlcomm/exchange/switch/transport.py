@@ -136,6 +136,7 @@ class Transport:
         op = make_op(data)
         sends = op.start(time.monotonic())
         t1 = time.perf_counter()
+        op.allow_skew(t1 - t0)
         extra = self.stats.extra
         extra["prepare_us"] = extra.get("prepare_us", 0) + int((t1 - t0) * 1e6)
         sock = self.sock

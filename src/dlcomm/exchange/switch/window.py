@@ -198,6 +198,13 @@ class AllreduceOp:
         self.last_progress = now
         return [self._arm(p, -1, EXP_ZERO, now) for p in self.positions]
 
+    def allow_skew(self, seconds: float) -> None:
+        """Let the first rounds wait ``seconds`` longer before they probe: the time this
+        worker took to prepare the op, which the others are spending on the same pass over
+        their tensors (probing them meanwhile only loads the switch)."""
+        for pos in self.positions:
+            pos.deadline += seconds
+
     def on_packet(self, hdr: Header, payload: memoryview, src: Address, now: float) -> list[Send]:
         """Handle a packet from a switch; return what to send next."""
         pos = self._by_slot.get((self._shard_of(src, hdr), hdr.slot))
