@@ -51,7 +51,7 @@ bench: $(STAMP)
 	  $(DL) bench allreduce --exchange ring,switch,sparse-switch,auto --workers $$n --size 100MB --reps 3 \
 	    --density $$d --pattern $$pattern $(EMU1G) --json $(BENCH)/sparse-n$$n-$$pattern-$$d.json; \
 	done; done; done
-	$(DL) bench compression --parts throughput,accuracy,train,emulate --bandwidths 100mbit,1gbit,10gbit \
+	$(DL) bench compression --parts throughput,accuracy,train,emulate --bandwidths 100mbit,1gbit,10gbit --repeats 3 \
 	  --json $(BENCH)/compression.json --plot $(BENCH)/compression.png
 	$(DL) bench sync --json $(BENCH)/sync.json --plot $(BENCH)/sync.png
 	$(DL) simulate validate --json $(BENCH)/simulate-validate.json
