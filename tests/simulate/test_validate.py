@@ -66,3 +66,46 @@ def test_validate_config_checks() -> None:
         ValidateConfig(workers=(4, 8), dilations=(10.0,))
     with pytest.raises(ConfigError, match="ring and switch"):
         ValidateConfig(exchanges=("ring", "sparse-switch"))
+
+
+def test_stream_calibration_divides_each_stream_by_its_buckets(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stream mode runs the emulator without a model: buckets of each size handed over at
+    once; the time per all-reduce is the stream's time over its buckets."""
+    from dlcomm.simulate import calibrate as calibrate_mod
+    streams: list[Any] = []
+
+    def fake_emulation(cfg: Any, exchanges: list[str]) -> dict[str, Any]:
+        streams.append(cfg)
+        per_bucket = {ex: 0.002 + (1.1 if ex == "ring" else 1.3) * modelled_allreduce_s(
+            ex, cfg.workers, 4 * cfg.stream[0], cfg.bandwidth_bps) for ex in exchanges}
+        count = len(cfg.stream)
+        return {"results": [{"exchange": ex, "iteration_time_s": t * count,
+                             "measured_iterations_s": [t * count] * 2}
+                            for ex, t in per_bucket.items()]}
+
+    import dlcomm.emulate.emulation as emulation
+    monkeypatch.setattr(emulation, "run_emulation", fake_emulation)
+    cfg = calibrate_mod.CalibrationConfig(4, 1e9, sizes=(4_000_000, 26_000_000, 52_000_000))
+    result = calibrate_mod.calibrate(cfg)
+    assert [len(s.stream) for s in streams] == [25, 4, 2]     # about 100 MB per stream
+    assert all(s.stream[0] == size // 4 and s.dilation == 1 for s, size in
+               zip(streams, cfg.sizes))
+    fits = result["exchanges"]
+    assert fits["ring"]["efficiency"] == pytest.approx(1.1, rel=1e-6)
+    assert fits["switch"]["efficiency"] == pytest.approx(1.3, rel=1e-6)
+    assert fits["switch"]["overhead_s"] == pytest.approx(0.002, rel=1e-4)
+    with pytest.raises(ConfigError, match="stream or isolated"):
+        calibrate_mod.CalibrationConfig(4, 1e9, mode="both")
+
+
+def test_a_stream_schedule_has_no_model_and_no_compute() -> None:
+    from dlcomm.emulate.dilation import EmulateConfig, schedule_for
+
+    sched = schedule_for(EmulateConfig("stream", 4, 1e9, stream=(1000, 2000)))
+    assert sched.bucket_numel == (1000, 2000) and sched.bucket_ready_s == (0.0, 0.0)
+    assert sched.timing.iteration_s == 0.0 and sched.gradient_bytes == 12_000
+    with pytest.raises(ConfigError):
+        EmulateConfig("stream", 4, 1e9, stream=(0,))
+    with pytest.raises(ConfigError):
+        EmulateConfig("no-such-model", 4, 1e9)

@@ -58,9 +58,12 @@ class EmulateConfig:
     timeout_s: float = 600.0
     result_path: str = ""
     job_name: str = "emulate"
+    stream: tuple[int, ...] = ()     # if set: no model, no compute, buckets of these many
+    # elements all handed over at once (a stream of back-to-back all-reduces: calibration)
 
     def __post_init__(self) -> None:
-        get_model(self.workload)
+        if not self.stream:
+            get_model(self.workload)
         get_accelerator(self.accelerator, self.efficiency)
         EXCHANGES.check(self.exchange)
         if self.workers < 1 or self.iterations < 1 or self.warmup < 0:
@@ -69,6 +72,8 @@ class EmulateConfig:
             raise ConfigError(f"--dilation must be >= 1, got {self.dilation}")
         if self.batch is not None and self.batch < 1:
             raise ConfigError(f"--batch must be >= 1, got {self.batch}")
+        if any(n < 1 for n in self.stream):
+            raise ConfigError(f"stream buckets must hold >= 1 element, got {self.stream}")
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,9 @@ class Schedule:
 
 
 def schedule_for(cfg: EmulateConfig) -> Schedule:
+    if cfg.stream:
+        idle = IterationTime("stream", cfg.accelerator, 1, 1.0, (), ())
+        return Schedule(idle, tuple(cfg.stream), (0.0,) * len(cfg.stream))
     model = get_model(cfg.workload)
     acc = get_accelerator(cfg.accelerator, cfg.efficiency)
     timing = iteration_time(model, acc, cfg.batch or model.default_batch, cfg.efficiency,

@@ -147,10 +147,14 @@ def simulate(ctx: click.Context, workload: str | None, accelerators: int, topolo
 @click.option("--warmup", type=int, default=1, show_default=True)
 @click.option("--reps", type=int, default=3, show_default=True,
               help="Repetitions per calibration all-reduce.")
+@click.option("--calibration", type=click.Choice(["stream", "isolated"]), default="stream",
+              show_default=True, help="How the exchanges are calibrated (see `dlcomm "
+              "simulate calibrate --mode`).")
 @click.option("--json", "json_path", help="Write the JSON result (kind simulate-validate).")
 @click.option("--quiet", is_flag=True)
 def validate_cmd(workloads: str, workers: str, dilations: str, bandwidth: str, iterations: int,
-                 warmup: int, reps: int, json_path: str | None, quiet: bool) -> None:
+                 warmup: int, reps: int, calibration: str, json_path: str | None,
+                 quiet: bool) -> None:
     """Emulator vs simulator: ring and switch, iteration times and errors (needs root)."""
     from dlcomm.emulate.cluster import require_root
     from dlcomm.errors import ConfigError
@@ -166,7 +170,7 @@ def validate_cmd(workloads: str, workers: str, dilations: str, bandwidth: str, i
         raise ConfigError("--workers and --dilations are comma-separated numbers") from None
     cfg = ValidateConfig(tuple(w.strip() for w in workloads.split(",") if w.strip()), counts,
                          ks, bandwidth_bps=parse_rate(bandwidth), iterations=iterations,
-                         warmup=warmup, reps=reps)
+                         warmup=warmup, reps=reps, calibration=calibration)
     check_writable(json_path, "--json")
     require_root()
     result = validate(cfg, _say(quiet))
@@ -180,11 +184,14 @@ def validate_cmd(workloads: str, workers: str, dilations: str, bandwidth: str, i
 @click.option("--workers", type=int, default=4, show_default=True)
 @click.option("--bandwidth", default="1gbit", show_default=True, help="Emulated link rate.")
 @click.option("--exchange", default="ring,switch", show_default=True)
-@click.option("--sizes", default="4MB,26MB,100MB", show_default=True)
+@click.option("--sizes", default="4MB,26MB,52MB", show_default=True)
 @click.option("--reps", type=int, default=3, show_default=True)
+@click.option("--mode", type=click.Choice(["stream", "isolated"]), default="stream",
+              show_default=True, help="stream: back-to-back buckets as DDP sends them; "
+              "isolated: one all-reduce at a time (dlcomm bench allreduce).")
 @click.option("--json", "json_path", help="Write the JSON result (kind simulate-calibrate).")
 def calibrate_cmd(workers: int, bandwidth: str, exchange: str, sizes: str, reps: int,
-                  json_path: str | None) -> None:
+                  mode: str, json_path: str | None) -> None:
     """Fit each exchange's overhead and efficiency on an emulated star (needs root)."""
     from dlcomm.emulate.cluster import require_root
     from dlcomm.options import split_specs
@@ -193,7 +200,7 @@ def calibrate_cmd(workers: int, bandwidth: str, exchange: str, sizes: str, reps:
     from dlcomm.simulate.calibrate import CalibrationConfig, calibrate
 
     cfg = CalibrationConfig(workers, parse_rate(bandwidth), tuple(split_specs(exchange)),
-                            tuple(parse_size(s) for s in sizes.split(",")), reps)
+                            tuple(parse_size(s) for s in sizes.split(",")), reps, mode=mode)
     for ex in cfg.exchanges:
         if ex not in ("ring", "switch"):
             from dlcomm.errors import ConfigError

@@ -3,9 +3,10 @@
 For each number of workers n (default 4 and 8) with its time dilation K (10 and 20, so
 that n links at 10 Gbit/s / K fit this machine, docs/emulation.md):
 
-1. calibrate ring and switch on the emulated star at 10 Gbit/s / K with
-   ``dlcomm bench allreduce`` at three message sizes (``dlcomm.simulate.calibrate``):
-   no iteration is seen;
+1. calibrate ring and switch on the emulated star at 10 Gbit/s / K at three message
+   sizes (``dlcomm.simulate.calibrate``; by default streams of back-to-back buckets with
+   no model and no compute, or isolated ``dlcomm bench allreduce`` calls): no model's
+   iteration is seen;
 2. emulate each workload (resnet50, vgg19, bert-base by default) with every exchange on
    one emulated star (``dlcomm.emulate.emulation.run_emulation``: compute waited x K,
    buckets all-reduced FIFO as DDP does, links at bandwidth / K; iteration / K);
@@ -48,6 +49,7 @@ class ValidateConfig:
     warmup: int = 1
     sizes: tuple[int, ...] = (4_000_000, 26_000_000, 52_000_000)
     reps: int = 3
+    calibration: str = "stream"                        # or "isolated"
 
     def __post_init__(self) -> None:
         if len(self.workers) != len(self.dilations):
@@ -81,7 +83,7 @@ def validate(cfg: ValidateConfig, say: Callable[[str], None] | None = None) -> d
     for n, k in zip(cfg.workers, cfg.dilations):
         load = os.getloadavg()[0]
         cal = calibrate(CalibrationConfig(n, cfg.bandwidth_bps / k, cfg.exchanges, cfg.sizes,
-                                          cfg.reps), say)
+                                          cfg.reps, mode=cfg.calibration), say)
         calibrations[str(n)] = {**cal, "load_average_before": load}
         constants = {ex: {"overhead_s": f["overhead_s"], "efficiency": f["efficiency"]}
                      for ex, f in cal["exchanges"].items()}
