@@ -48,7 +48,7 @@ bench: $(STAMP)
 	$(DL) bench allreduce --exchange "switch:window=1,switch:window=2,switch:window=4,switch:window=8,switch:window=16,switch:window=32" --workers 4 --size 50MB $(EMU1G) --json $(BENCH)/switch-window.json
 	$(DL) bench allreduce --exchange "switch,switch:drop=0.001,switch:drop=0.01,switch:drop=0.05" --workers 4 --size 50MB $(EMU1G) --json $(BENCH)/switch-loss.json
 	for n in 4 8; do for pattern in shared independent elementwise; do for d in 0.01 0.05 0.1 0.25 0.5 1.0; do \
-	  $(DL) bench allreduce --exchange ring,switch,sparse-switch,auto --workers $$n --size 100MB --reps 3 \
+	  $(DL) bench allreduce --exchange ring,switch,sparse-switch,auto --workers $$n --size 100MB --reps 5 \
 	    --density $$d --pattern $$pattern $(EMU1G) --json $(BENCH)/sparse-n$$n-$$pattern-$$d.json; \
 	done; done; done
 	$(DL) bench compression --parts throughput,accuracy,train,emulate --bandwidths 100mbit,1gbit,10gbit --repeats 3 \

@@ -192,3 +192,21 @@ def test_present_blocks_agree_with_the_definition(values, b):
     assert present.tolist() == [bool(np.any(blk != 0) or np.isnan(blk).any()) for blk in blocks]
     assert negative_zero.tolist() == [
         not p and bool(np.signbit(blk).any()) for p, blk in zip(present, blocks)]
+
+
+@pytest.mark.parametrize("zeros", [[1], [1, 5], [0, 1, 2, 3, 4, 5]])
+def test_signed_zero_blocks_come_back_as_dense_mode_gives_them(zeros):
+    """Blocks holding only -0.0 on every worker, at high and low density (the two ways of
+    preparing), the partial last block among them: bit for bit what dense mode returns."""
+    b = 4
+    xs = []
+    for w in range(2):
+        x = np.arange(1, 23, dtype=np.float32) * (w + 1)   # 5 full blocks and a partial one
+        for blk in zeros:
+            x[blk * b: (blk + 1) * b] = -0.0
+        xs.append(x)
+    dense = aggregate(xs, 2 * b, 2)
+    sparse = aggregate(xs, 2 * b, 2, sparse_block=b)
+    for d, s in zip(dense.outputs, sparse.outputs):
+        assert d.tobytes() == s.tobytes()
+    assert not np.signbit(sparse.outputs[0][4:8]).any()

@@ -54,10 +54,10 @@ MAX_K = 16000  # 64,032-byte datagrams: near the UDP maximum, few per-packet cos
 DEFAULT_BLOCK = 256
 DEFAULT_K = MAX_K // DEFAULT_BLOCK * DEFAULT_BLOCK  # 15,872: dense chunks = sparse groups
 # auto: sparse rounds while the global block density is below this. Measured crossover of
-# the software switch on the emulated 1 Gbit/s star (docs/sparse.md): sparse wins below
-# ~25% union density and loses up to 2.5x above it (more, smaller rounds, each costing the
-# switch and the workers Python time per packet), and runs within ~6% of dense at 100%.
-AUTO_SPARSE_BELOW = 0.25
+# the software switch on the emulated 1 Gbit/s star (docs/sparse.md): sparse wins at 34%
+# union density (1.30x) and loses at 50% (0.78x; more, smaller rounds, each costing the
+# switch and the workers time per packet), and runs within ~6% of dense at 100%.
+AUTO_SPARSE_BELOW = 0.4
 DEFAULT_WINDOW = 8  # per shard: enough to fill a link, small enough not to overflow queues
 
 Address = tuple[str, int]
