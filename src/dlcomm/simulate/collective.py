@@ -36,7 +36,7 @@ from typing import Any, Hashable
 import numpy as np
 
 from dlcomm.errors import ConfigError
-from dlcomm.exchange.switch import AUTO_SPARSE_BELOW   # the auto exchange's own threshold
+from dlcomm.exchange.switch import auto_sparse_below  # the auto exchange's own threshold
 from dlcomm.plan.commtime import group_ranks
 from dlcomm.plan.traffic import Parallelism
 from dlcomm.registry import parse_spec
@@ -51,7 +51,7 @@ from dlcomm.simulate.algorithms import (
 from dlcomm.simulate.network import SimNetwork
 
 __all__ = ["Step", "Call", "CompressionModel", "ExchangeModel", "Collectives",
-           "EXCHANGE_KINDS", "host_candidates", "parse_exchange", "AUTO_SPARSE_BELOW",
+           "EXCHANGE_KINDS", "host_candidates", "parse_exchange", "auto_sparse_below",
            "measure_compression"]
 
 EXCHANGE_KINDS = ("ring", "switch", "sparse-switch", "auto")
@@ -347,7 +347,7 @@ class Collectives:
             return replace(call, nbytes=nbytes, algorithm=self._label(call.algorithm))
         up, down, how = 1.0, 1.0, "ina"
         union = ex.union_density(g)
-        if ex.kind == "sparse-switch" or (ex.kind == "auto" and union < AUTO_SPARSE_BELOW):
+        if ex.kind == "sparse-switch" or (ex.kind == "auto" and union < auto_sparse_below(g)):
             up, down, how = ex.density, union, "sparse ina"
         steps = self._steps((dim, stage), groups, ina_phases(g, up, down), wire, ex.efficiency)
         return Call(dim, stage, "allreduce", self._label(how), nbytes, steps, fixed)

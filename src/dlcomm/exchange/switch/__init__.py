@@ -47,17 +47,23 @@ from dlcomm.sockets import set_buffers
 from dlcomm.wire.packet import max_elements
 from dlcomm.wire.sparse import block_density
 
-__all__ = ["SwitchExchange", "parse_addresses", "SWITCH_ENV"]
+__all__ = ["SwitchExchange", "parse_addresses", "SWITCH_ENV", "auto_sparse_below"]
 
 SWITCH_ENV = "DLCOMM_SWITCH"  # set by dlcomm's launchers when they start the switch
 MAX_K = 16000  # 64,032-byte datagrams: near the UDP maximum, few per-packet costs
 DEFAULT_BLOCK = 256
 DEFAULT_K = MAX_K // DEFAULT_BLOCK * DEFAULT_BLOCK  # 15,872: dense chunks = sparse groups
-# auto: sparse rounds while the global block density is below this. Measured crossover of
-# the software switch on the emulated 1 Gbit/s star (docs/sparse.md): sparse wins at 34%
-# union density (1.30x) and loses at 50% (0.78x; more, smaller rounds, each costing the
-# switch and the workers time per packet), and runs within ~6% of dense at 100%.
-AUTO_SPARSE_BELOW = 0.4
+
+
+def auto_sparse_below(workers: int) -> float:
+    """auto: sparse rounds while the global block density is below this. The crossover of
+    the software switch measured on the emulated 1 Gbit/s star (docs/sparse.md) falls with
+    the number of workers, whose packets the switch handles one by one: near 43% union
+    density at 4 workers (sparse 1.30x at 34%, 0.78x at 50%) and 23% at 8 (2.07x at 10%,
+    0.96x at 25%); 1.6 / n between 0.2 and 0.4 fits both."""
+    return min(0.4, max(0.2, 1.6 / max(workers, 1)))
+
+
 DEFAULT_WINDOW = 8  # per shard: enough to fill a link, small enough not to overflow queues
 
 Address = tuple[str, int]
@@ -206,7 +212,8 @@ class SwitchExchange(Exchange):
         if flat.dtype != torch.float32:
             raise ExchangeError(f"the switch exchange sums float32 tensors, got {flat.dtype}")
         sparse = self.mode == "sparse" or (
-            self.mode == "auto" and self.density.get(key, 0.0) < AUTO_SPARSE_BELOW)
+            self.mode == "auto" and self.density.get(key, 0.0) < auto_sparse_below(
+                self.ctx.world_size))
         transport = self.transport
 
         def make_op(data: Any) -> Any:
