@@ -72,14 +72,14 @@ def identity(values: list[float]):
 
 
 def test_fast_network_stays_uncompressed():
-    policy = AdaptivePolicy(4, True, identity, every=2, probe=10)
+    policy = AdaptivePolicy(4, identity, every=2, probe=10)
     methods = run_policy(policy, FakeNetwork(bandwidth=5e9), 60)
     assert set(methods) == {"none"}
     assert not any(d.get("switched") for d in policy.decisions)
 
 
 def test_slow_network_compresses_and_probes_uncompressed():
-    policy = AdaptivePolicy(4, True, identity, every=2, probe=10)
+    policy = AdaptivePolicy(4, identity, every=2, probe=10)
     methods = run_policy(policy, FakeNetwork(bandwidth=12.5e6), 60)
     assert methods[-1] in ("topk", "powersgd")
     assert methods[12] == "none" and methods[22] == "none"  # probe iterations
@@ -89,7 +89,7 @@ def test_slow_network_compresses_and_probes_uncompressed():
 
 def test_a_switch_that_does_not_pay_is_reverted_and_banned():
     """The model expects fp16 to halve the time, but this network sums halves 4x slower."""
-    policy = AdaptivePolicy(4, True, identity, every=2, probe=0, candidates=("none", "fp16"))
+    policy = AdaptivePolicy(4, identity, every=2, probe=0, candidates=("none", "fp16"))
     network = FakeNetwork(bandwidth=20e6, slower={"fp16": 4.0})
     methods = run_policy(policy, network, 40)
     assert "fp16" in methods and methods[-1] == "none"
@@ -100,7 +100,7 @@ def test_a_switch_that_does_not_pay_is_reverted_and_banned():
 def test_changing_rate_mid_run():
     """Fast then slow: none, then compression; slow then fast again: the probes bring it
     back to none."""
-    policy = AdaptivePolicy(4, True, identity, every=2, probe=6)
+    policy = AdaptivePolicy(4, identity, every=2, probe=6)
     fast = run_policy(policy, FakeNetwork(bandwidth=5e9), 30)
     network = FakeNetwork(bandwidth=10e6)
     t = 100.0

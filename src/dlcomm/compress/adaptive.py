@@ -58,9 +58,6 @@ import statistics
 import time
 from typing import Any, Callable
 
-Agree = Callable[[list[float]], Callable[[], list[float]]]
-"""Start averaging these numbers over the workers; the returned call waits for the result."""
-
 import torch
 
 from dlcomm.compress.base import Compressor
@@ -71,6 +68,9 @@ from dlcomm.compress.powersgd import PowerSGD
 from dlcomm.compress.topk import TopK
 
 __all__ = ["AdaptivePolicy", "simulate_exposed", "greedy_assignment"]
+
+Agree = Callable[[list[float]], Callable[[], list[float]]]
+"""Start averaging these numbers over the workers; the returned call waits for the result."""
 
 TINY_BYTES = 4 * 1024
 LARGE_BYTES = 64 * 1024
@@ -112,11 +112,11 @@ def greedy_assignment(offsets: list[float], cost: list[dict[str, float]],
 class AdaptivePolicy(Policy):
     """Per-bucket choice among none / fp16 / powersgd / topk (module docstring)."""
 
-    def __init__(self, world: int, native: bool, agree: Agree,
+    def __init__(self, world: int, agree: Agree,
                  every: int = 5, probe: int = 20, margin: float = 0.1, min_gain_ms: float = 1.0,
                  ratio: float = 0.01, rank: int = 4,
                  candidates: tuple[str, ...] = LOSSINESS) -> None:
-        self.world, self.native, self.agree = world, native, agree
+        self.world, self.agree = world, agree
         self.every, self.probe, self.margin = every, probe, margin
         self.min_gain_s = min_gain_ms / 1e3
         self.ratio, self.rank = ratio, rank

@@ -15,7 +15,7 @@ from dlcomm.compress import memory as _memory  # noqa: F401  (registers the memo
 from dlcomm.compress.adaptive import AdaptivePolicy
 from dlcomm.compress.allgather import encode_payload
 from dlcomm.compress.base import COMPRESSORS, MEMORIES, Compressor, Memory, Payload, option
-from dlcomm.compress.exchange import CompressedExchange, FixedPolicy, Policy, sums_natively
+from dlcomm.compress.exchange import CompressedExchange, FixedPolicy, Policy
 from dlcomm.compress.packing import lanes_per_word
 from dlcomm.errors import ConfigError
 from dlcomm.exchange.base import Exchange, ExchangeContext, make_exchange
@@ -42,8 +42,7 @@ def make_memory(spec: str | Spec) -> Memory:
     return MEMORIES.get(parsed.name)(**dict(parsed.options))
 
 
-def _adaptive(options: dict[str, str], ctx: ExchangeContext, native: bool,
-              agree: Any) -> Policy:
+def _adaptive(options: dict[str, str], ctx: ExchangeContext, agree: Any) -> Policy:
     owner = "compressor 'adaptive'"
     every = option(options, "every", int, 5, owner, lambda v: v >= 1, "every >= 1")
     probe = option(options, "probe", int, 20, owner, lambda v: v >= 0, "probe >= 0 (0: never)")
@@ -57,8 +56,8 @@ def _adaptive(options: dict[str, str], ctx: ExchangeContext, native: bool,
                    "a +-separated subset of none+fp16+powersgd+topk")
     if options:
         raise ConfigError(f"{owner} has no option(s) {sorted(options)}")
-    return AdaptivePolicy(max(ctx.world_size, 1), native, agree, every, probe, margin, min_gain,
-                          ratio, rank, names)
+    return AdaptivePolicy(max(ctx.world_size, 1), agree, every, probe, margin, min_gain, ratio,
+                          rank, names)
 
 
 def compressed_exchange(inner: Exchange, compress_spec: str, memory_spec: str,
@@ -88,9 +87,8 @@ def compressed_exchange(inner: Exchange, compress_spec: str, memory_spec: str,
             return (t / ctx.world_size).tolist()
         return collect
 
-    native = sums_natively(inner)
     if compress.name == "adaptive":
-        policy = _adaptive(dict(compress.options), ctx, native, agree)
+        policy = _adaptive(dict(compress.options), ctx, agree)
         if memory_parsed.name == "none":
             memory_parsed = Spec("residual")
     else:
@@ -107,7 +105,7 @@ def check_specs(compress_spec: str, memory_spec: str) -> None:
     starts (the adaptive policy's options included)."""
     compress = parse_spec(compress_spec)
     if compress.name == "adaptive":
-        _adaptive(dict(compress.options), ExchangeContext(0, 2), True, lambda v: lambda: v)
+        _adaptive(dict(compress.options), ExchangeContext(0, 2), lambda v: lambda: v)
     else:
         make_compressor(compress)
     make_memory(memory_spec)
