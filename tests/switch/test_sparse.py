@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from dlcomm.switch.dataplane import plan_round
 from dlcomm.switch.fakenet import NetConfig, aggregate
 from dlcomm.wire.sparse import (Blocks, block_peaks, decode, encode, nonzero_blocks, pack_masks,
-                                peaks_of, popcount, present_blocks,
+                                popcount, present_blocks,
                                 signed_blocks, zero_absent_blocks)
 
 
@@ -169,14 +169,17 @@ def test_present_blocks_tell_values_from_signed_zeros():
     assert present.tolist() == [False, False] and negative_zero.tolist() == [True, True]
 
 
-def test_peaks_of_chosen_blocks_match_all_peaks():
+def test_peaks_and_signs_of_chosen_blocks_match_those_of_all():
     rng = np.random.default_rng(3)
     x = rng.standard_normal(1003).astype(np.float32)
     every = block_peaks(x, 10)
     chosen = np.array([0, 7, 55, 100])
-    assert np.array_equal(peaks_of(x, 10, chosen), every[chosen])
+    assert np.array_equal(block_peaks(x, 10, chosen), every[chosen])
+    assert np.array_equal(block_peaks(x, 10, np.array([3, 100])), every[[3, 100]])  # partial
     x[72] = np.nan
-    assert np.isnan(peaks_of(x, 10, np.array([7]))[0])
+    assert np.isnan(block_peaks(x, 10, np.array([7]))[0])
+    signs = signed_blocks(x, 10)
+    assert np.array_equal(signed_blocks(x, 10, chosen), signs[chosen])
 
 
 @settings(max_examples=200, deadline=None)

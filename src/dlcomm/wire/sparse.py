@@ -32,13 +32,15 @@ announces its look-ahead again.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 __all__ = ["Blocks", "nonzero_blocks", "block_peaks", "block_density", "signed_blocks",
-           "present_blocks", "peaks_of", "zero_absent_blocks",
+           "present_blocks", "zero_absent_blocks",
            "encode", "decode", "mask_words", "data_width", "RESULT_WIDTH", "LOOKAHEAD", "signed32", "pack_masks", "popcount"]
 
 RESULT_WIDTH = 2
@@ -78,8 +80,8 @@ class Blocks:
     values: np.ndarray   # int32 (mask.sum(), b)
 
     @classmethod
-    def empty(cls, m: int = 0, b: int = 1) -> Blocks:
-        return cls(np.zeros(0, np.int64), np.zeros((0, m), bool), np.zeros((0, b), np.int32))
+    def empty(cls) -> Blocks:
+        return cls(np.zeros(0, np.int64), np.zeros((0, 0), bool), np.zeros((0, 1), np.int32))
 
 
 def signed32(values: np.ndarray) -> np.ndarray:
@@ -100,21 +102,32 @@ def nonzero_blocks(x: np.ndarray, b: int) -> np.ndarray:
     return out
 
 
-def block_peaks(x: np.ndarray, b: int) -> np.ndarray:
-    """max |x| per block of ``b`` elements (NaN if the block holds one), in two reductions
-    without a temporary. torch's row reductions run several times faster than numpy's on
-    short rows (the hot pass of every sparse all-reduce), so they do the work, on ``x``'s
-    own memory."""
+def _per_block(x: np.ndarray, b: int, blocks: np.ndarray | None,
+               rows: Callable[[torch.Tensor], np.ndarray], tail: Callable[[np.ndarray], Any],
+               dtype: type) -> np.ndarray:
+    """``rows`` applied to every block of ``b`` elements of ``x`` (or only to the sorted
+    block indices ``blocks``, gathered), ``tail`` to a partial last block. torch's row
+    reductions run several times faster than numpy's on short rows, on ``x``'s own memory."""
     full, rest = divmod(len(x), b)
-    if full:
-        view = torch.from_numpy(x[: full * b]).view(full, b)
-        peaks = torch.maximum(view.amax(dim=1), view.amin(dim=1).neg_()).numpy()
-    else:
-        peaks = np.zeros(0, np.float32)
-    if rest:
-        tail = x[full * b:]
-        peaks = np.append(peaks, max(tail.max(), -tail.min()))
-    return peaks
+    view = torch.from_numpy(x[: full * b]).view(full, b)
+    if blocks is None:
+        out = rows(view) if full else np.zeros(0, dtype)
+        return np.append(out, tail(x[full * b:])).astype(dtype) if rest else out
+    inside = blocks[blocks < full]
+    out = np.zeros(len(blocks), dtype)
+    if len(inside):
+        out[: len(inside)] = rows(view[torch.from_numpy(inside)])
+    if len(inside) < len(blocks):  # the partial last block (sorted: the last index)
+        out[-1] = tail(x[full * b:])
+    return out
+
+
+def block_peaks(x: np.ndarray, b: int, blocks: np.ndarray | None = None) -> np.ndarray:
+    """max |x| per block of ``b`` elements (NaN if the block holds one), in two reductions
+    without a temporary; of every block, or of the sorted block indices ``blocks``."""
+    return _per_block(x, b, blocks,
+                      lambda r: torch.maximum(r.amax(dim=1), r.amin(dim=1).neg_()).numpy(),
+                      lambda t: max(t.max(), -t.min()), np.float32)
 
 
 _INT_MIN = np.iinfo(np.int32).min  # the bits of -0.0 as an int32
@@ -134,8 +147,7 @@ def present_blocks(x: np.ndarray, b: int) -> tuple[np.ndarray, np.ndarray]:
             (lo == _INT_MIN) & (hi != _INT_MIN) & (hi != 0))
         unsure = np.flatnonzero((lo == _INT_MIN) & (hi == 0))
         if len(unsure):  # nothing positive: a value is there iff some float is below 0
-            rows = torch.from_numpy(x[: full * b]).view(full, b)[torch.from_numpy(unsure)]
-            present[unsure] = (rows.amin(dim=1) != 0).numpy()
+            present[unsure] = block_peaks(x, b, unsure) != 0
         negative_zero = ~present & (lo == _INT_MIN)
     else:
         present = negative_zero = np.zeros(0, bool)
@@ -146,20 +158,6 @@ def present_blocks(x: np.ndarray, b: int) -> tuple[np.ndarray, np.ndarray]:
         negative_zero = np.append(negative_zero,
                                   not here and bool((tail.view(np.int32) == _INT_MIN).any()))
     return present, negative_zero
-
-
-def peaks_of(x: np.ndarray, b: int, blocks: np.ndarray) -> np.ndarray:
-    """max |x| of the given blocks (NaN if one holds a NaN); the last may be partial."""
-    full = len(x) // b
-    inside = blocks[blocks < full]
-    peaks = np.zeros(len(blocks), np.float32)
-    if len(inside):
-        rows = torch.from_numpy(x[: full * b]).view(full, b)[torch.from_numpy(inside)]
-        peaks[: len(inside)] = torch.maximum(rows.amax(dim=1), rows.amin(dim=1).neg_()).numpy()
-    if len(inside) < len(blocks):  # sorted: the partial block is the last one
-        tail = x[full * b:]
-        peaks[-1] = max(tail.max(), -tail.min())
-    return peaks
 
 
 def block_density(x: np.ndarray, b: int, every: int = 1) -> float:
@@ -174,18 +172,12 @@ def block_density(x: np.ndarray, b: int, every: int = 1) -> float:
     return float(present.float().mean())
 
 
-def signed_blocks(x: np.ndarray, b: int) -> np.ndarray:
-    """Per block of ``b`` float32 elements: does any value carry the sign bit (a negative
-    number or -0.0)? One integer reduction: -0.0's bits are the smallest int32."""
-    full, rest = divmod(len(x), b)
-    if full:
-        bits = torch.from_numpy(x[: full * b].view(np.int32)).view(full, b)
-        out = (bits.amin(dim=1) < 0).numpy()
-    else:
-        out = np.zeros(0, bool)
-    if rest:
-        out = np.append(out, bool((x[full * b:].view(np.int32) < 0).any()))
-    return out
+def signed_blocks(x: np.ndarray, b: int, blocks: np.ndarray | None = None) -> np.ndarray:
+    """Per block of ``b`` float32 elements (or the sorted block indices ``blocks``): does any
+    value carry the sign bit (a negative number or -0.0)? One integer reduction: -0.0's
+    bits are the smallest int32."""
+    return _per_block(x, b, blocks, lambda r: (r.view(torch.int32).amin(dim=1) < 0).numpy(),
+                      lambda t: bool((t.view(np.int32) < 0).any()), bool)
 
 
 def zero_absent_blocks(x: np.ndarray, present: np.ndarray, b: int) -> None:

@@ -39,7 +39,7 @@ from dlcomm.wire.packet import ANNOUNCE, DATA, RUN, SPARSE, Header
 from dlcomm.wire.quant import (EXP_NONFINITE, EXP_ZERO, dequantize_into,
                                dequantize_rows, exponents_of_peaks, quantize_rows)
 from dlcomm.wire.sparse import (LOOKAHEAD, RESULT_WIDTH, Blocks, block_density, block_peaks,
-                                data_width, decode, encode, pack_masks, peaks_of, present_blocks,
+                                data_width, decode, encode, pack_masks, present_blocks,
                                 signed32, signed_blocks, zero_absent_blocks)
 
 __all__ = ["SparseAllreduceOp"]
@@ -78,7 +78,7 @@ class SparseAllreduceOp(AllreduceOp):
             # one pass finds the few blocks; peaks only where they are
             self.mask, negative_zero = present_blocks(self.data, b)
             present = np.flatnonzero(self.mask)
-            sent[present] = peaks_of(self.data, b, present)
+            sent[present] = block_peaks(self.data, b, present)
             keep = ~negative_zero  # an absent block holds +-0: clear just the -0.0 ones
         else:
             peaks = block_peaks(self.data, b)
@@ -100,16 +100,10 @@ class SparseAllreduceOp(AllreduceOp):
         """Per block: absent and holding a -0.0 (absent blocks hold only +-0 here); looked
         at only where blocks are absent: none at full density, few at high density."""
         absent = np.flatnonzero(~self.mask)
-        out = np.zeros(len(self.mask), bool)
-        if len(absent) > len(self.mask) // 4:
+        if len(absent) > len(self.mask) // 4:  # many: one pass beats a gather
             return signed_blocks(self.data, b) & ~self.mask
-        full = len(self.data) // b
-        inside = absent[absent < full]
-        if len(inside):
-            rows = self.data[: full * b].reshape(full, b)[inside].view(np.int32)
-            out[inside] = rows.min(axis=1) < 0
-        if len(inside) < len(absent):  # the partial last block
-            out[-1] = bool((self.data[full * b:].view(np.int32) < 0).any())
+        out = np.zeros(len(self.mask), bool)
+        out[absent] = signed_blocks(self.data, b, absent)
         return out
 
     def __post_init__(self) -> None:
@@ -173,14 +167,14 @@ class SparseAllreduceOp(AllreduceOp):
         return self._send(pos, now)
 
     # -- results --------------------------------------------------------------------------
-    def _write(self, part: Blocks, plan: dict[int, int]) -> None:
-        """Dequantize the summed blocks of a result into the output (all groups at once)."""
+    def _write(self, part: Blocks, exps: np.ndarray) -> None:
+        """Dequantize the summed blocks of a result into the output (all groups at once),
+        each group with its agreed exponent ``exps``."""
         if not len(part.groups):
             return
         b, m = self.block, self.m
         segment, block = np.nonzero(part.mask)
         blocks = part.groups[segment] * m + block
-        exps = np.array([plan[g] for g in part.groups.tolist()], dtype=np.int64)
         rows = dequantize_rows(part.values, exps[segment], self.workers)
         self.union_blocks += len(blocks)
         full = len(self.out) // b
@@ -228,10 +222,10 @@ class SparseAllreduceOp(AllreduceOp):
         except ValueError:
             return None
         current = self.plans.get(pos.index, {})
-        if len(part.groups) and (part.mask.shape[1] != self.m or any(
-                g not in current for g in part.groups.tolist())):
+        exps = [current.get(g) for g in part.groups.tolist()]
+        if exps and (part.mask.shape[1] != self.m or None in exps):
             return None  # not this round's result
-        self._write(part, current)
+        self._write(part, np.array(exps, dtype=np.int64))
         plan = {int(g): int(e) for g, e in zip(head[:, 0], signed32(head[:, 1]))}
         self.plans[pos.index] = plan
         if not plan:
