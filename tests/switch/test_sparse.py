@@ -8,8 +8,7 @@ from hypothesis import strategies as st
 from dlcomm.switch.dataplane import plan_round
 from dlcomm.switch.fakenet import NetConfig, aggregate
 from dlcomm.wire.sparse import (Blocks, block_peaks, decode, encode, nonzero_blocks, pack_masks,
-                                popcount, present_blocks,
-                                signed_blocks, zero_absent_blocks)
+                                popcount, present_blocks, unpack_masks, zero_absent_blocks)
 
 
 def sparse_inputs(n, length, b, pattern, density, seed):
@@ -112,23 +111,24 @@ def test_plan_round_respects_capacity_union_and_lookahead():
     m = 4
     a = look([(0, 1, [1, 0, 0, 0]), (8, 2, [1, 1, 0, 0]), (16, 0, [1, 1, 1, 0])], m)
     b = look([(8, 5, [1, 0, 0, 0]), (24, 1, [0, 0, 0, 1])], m)
-    groups, exps, who, run = plan_round([a, b], capacity=4, lookahead=8)
+    groups, exps, _, who, run = plan_round([a, b], m, capacity=4, lookahead=8)
     # union blocks: group 0 -> 1, group 8 -> 2, group 16 -> 3: 0 and 8 fit in 4 blocks
     assert groups.tolist() == [0, 8] and exps.tolist() == [1, 5] and who == 0b11 and not run
-    groups, _, who, _ = plan_round([a, b], capacity=4, lookahead=2)  # b's list is full:
+    groups, _, _, who, _ = plan_round([a, b], m, capacity=4, lookahead=2)  # b's list is full:
     assert groups.tolist() == [0, 8]                              # nothing beyond group 24
-    groups, _, who, _ = plan_round([a, look([], m)], capacity=1, lookahead=8)
+    groups, _, _, who, _ = plan_round([a, look([], m)], m, capacity=1, lookahead=8)
     assert groups.tolist() == [0] and who == 0b01   # at least one group, even if big
-    assert plan_round([look([], m)] * 2, 4, 8)[0].tolist() == []
+    assert plan_round([look([], m)] * 2, m, 4, 8)[0].tolist() == []
 
 
 def test_plan_round_finds_dense_runs():
     m = 2
     full = [(g, g, [1, 1]) for g in (3, 6, 9)]
-    groups, exps, who, run = plan_round([look(full, m), look(full, m)], capacity=2, lookahead=8)
+    groups, exps, _, who, run = plan_round([look(full, m), look(full, m)], m, capacity=2,
+                                           lookahead=8)
     assert run and groups.tolist() == [3, 6, 9] and who == 0b11
     partial = [(3, 0, [1, 1]), (6, 0, [1, 0])]
-    assert not plan_round([look(full, m), look(partial, m)], 2, 8)[3]
+    assert not plan_round([look(full, m), look(partial, m)], m, 2, 8).run
 
 
 def test_popcount():
@@ -136,10 +136,7 @@ def test_popcount():
     assert popcount(words).tolist() == [0, 1, 34]
 
 
-def test_signed_blocks_find_negative_zeros():
-    x = np.array([0.0, 0.0, -0.0, 0.0, 1.0, 2.0, -3.0, 0.0, 0.0], np.float32)
-    assert signed_blocks(x, 2).tolist() == [False, True, False, True, False]
-    assert signed_blocks(np.array([-0.0], np.float32), 4).tolist() == [True]
+def test_negative_zeros_in_absent_blocks_come_back_as_dense_mode_gives_them():
     xs = [np.zeros(64, np.float32) for _ in range(2)]
     xs[0][3], xs[1][40], xs[1][50] = -0.0, -0.0, 7.0   # -0.0 only in absent blocks
     res = aggregate(xs, 32, 2, sparse_block=8)
@@ -169,7 +166,7 @@ def test_present_blocks_tell_values_from_signed_zeros():
     assert present.tolist() == [False, False] and negative_zero.tolist() == [True, True]
 
 
-def test_peaks_and_signs_of_chosen_blocks_match_those_of_all():
+def test_peaks_of_chosen_blocks_match_those_of_all():
     rng = np.random.default_rng(3)
     x = rng.standard_normal(1003).astype(np.float32)
     every = block_peaks(x, 10)
@@ -178,8 +175,6 @@ def test_peaks_and_signs_of_chosen_blocks_match_those_of_all():
     assert np.array_equal(block_peaks(x, 10, np.array([3, 100])), every[[3, 100]])  # partial
     x[72] = np.nan
     assert np.isnan(block_peaks(x, 10, np.array([7]))[0])
-    signs = signed_blocks(x, 10)
-    assert np.array_equal(signed_blocks(x, 10, chosen), signs[chosen])
 
 
 @settings(max_examples=200, deadline=None)
@@ -213,3 +208,82 @@ def test_signed_zero_blocks_come_back_as_dense_mode_gives_them(zeros):
     for d, s in zip(dense.outputs, sparse.outputs):
         assert d.tobytes() == s.tobytes()
     assert not np.signbit(sparse.outputs[0][4:8]).any()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 2**32 - 1), st.sampled_from([0, 0x80000000, 0x3F800000])),
+                min_size=1, max_size=48), st.integers(1, 9))
+def test_present_blocks_of_any_bit_pattern(words, b):
+    """Every float32 bit pattern (NaNs whose largest byte is 0x80, values like 1.0 whose
+    bytes are all at most 0x80): present and -0.0-only blocks as defined."""
+    x = np.array(words, np.uint32).view(np.float32)
+    present, negative_zero = present_blocks(x, b)
+    blocks = [x[i: i + b] for i in range(0, len(x), b)]
+    assert present.tolist() == [bool(np.any(blk != 0) or np.isnan(blk).any()) for blk in blocks]
+    assert negative_zero.tolist() == [
+        not p and bool(np.signbit(blk).any()) for p, blk in zip(present, blocks)]
+
+
+def test_unpack_masks_round_trip_and_stray_bits():
+    masks = np.array([[True, False, True], [False, False, False]])
+    assert unpack_masks(pack_masks(masks), 3).tolist() == masks.tolist()
+    assert unpack_masks(np.zeros((0, 1), np.int64), 3).shape == (0, 3)
+    with pytest.raises(ValueError, match="beyond"):
+        unpack_masks(np.array([[0b1000]]), 3)
+
+
+class TestSparseDataplane:
+    """The switch's sparse rounds packet by packet: an announce, the planned round, and
+    contributions that do not match what their senders announced."""
+
+    W = [("10.0.0.1", 7000), ("10.0.0.2", 7000)]
+    B, M = 4, 3   # k = 12
+
+    def setup_method(self):
+        from dlcomm.switch.dataplane import Dataplane
+        from dlcomm.switch.jobs import JobTable
+        table = JobTable(8, 1024)
+        self.dp = Dataplane(table)
+        self.job = table.register(self.W, slots=1, k=self.B * self.M, block=self.B)
+        self.dp.add_job(self.job)
+
+    def send(self, worker, seq, head, blocks, announce=False):
+        from dlcomm.wire.packet import ANNOUNCE, DATA, SPARSE, Header
+        from dlcomm.wire.packet import encode as encode_packet
+        body = encode(head, blocks)
+        hdr = Header(DATA, self.job.job_id, worker, 0, blocks.values.size, seq, 0, 0,
+                     self.job.key, SPARSE | (ANNOUNCE if announce else 0))
+        return self.dp.on_datagram(encode_packet(hdr, body), self.W[worker])
+
+    def announce(self, masks):
+        """Both workers announce group 0 with their masks; returns the planned result."""
+        for w, mask in enumerate(masks):
+            out = self.send(w, 0, look([(0, 1, mask)], self.M), Blocks.empty(), announce=True)
+        return out
+
+    def test_planned_blocks_are_summed(self):
+        out = self.announce([[1, 0, 0], [1, 0, 1]])
+        head, _ = decode(bytes(out[0][2]), 0, self.B, 2)
+        assert head.tolist() == [[0, 1]]    # group 0 planned with exponent 1
+        mine = [np.array([[1, 2, 3, 4]], np.int32), np.array([[10, 20, 30, 40], [5, 5, 5, 5]],
+                                                              np.int32)]
+        masks = [np.array([[True, False, False]]), np.array([[True, False, True]])]
+        out = []
+        for w in range(2):
+            out = self.send(w, 1, look([], self.M), Blocks(np.array([0]), masks[w], mine[w]))
+        _, result = decode(bytes(out[0][2]), 8, self.B, 2)
+        assert result.mask.tolist() == [[True, False, True]]
+        assert result.values.tolist() == [[11, 22, 33, 44], [5, 5, 5, 5]]
+
+    def test_a_block_that_was_not_announced_is_dropped(self):
+        self.announce([[1, 0, 0], [1, 0, 0]])
+        out = self.send(0, 1, look([], self.M),
+                        Blocks(np.array([0]), np.array([[False, True, False]]),
+                               np.ones((1, self.B), np.int32)))
+        assert out == [] and self.dp.counters["drop_length"] == 1
+
+    def test_a_look_ahead_with_bits_beyond_the_group_is_dropped(self):
+        head = look([(0, 1, [1, 0, 0])], self.M)
+        head[0, 2] |= 0b1000
+        assert self.send(0, 0, head, Blocks.empty(), announce=True) == []
+        assert self.dp.counters["drop_length"] == 1

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,12 +39,12 @@ from dlcomm.switch.jobs import Address, Job, JobTable
 from dlcomm.wire.packet import (ANNOUNCE, COMPLETE, DATA, ERROR, PROBE, RESEND, RESULT, RUN,
                                 SPARSE, STATUS,
                                 HEADER_SIZE, SWITCH_RANK, Header, Malformed, decode)
-from dlcomm.wire.sparse import LOOKAHEAD, Blocks, data_width, popcount, signed32
+from dlcomm.wire.sparse import LOOKAHEAD, Blocks, data_width, popcount, signed32, unpack_masks
 from dlcomm.wire.sparse import decode as decode_sparse
 from dlcomm.wire.sparse import encode as encode_sparse
 from dlcomm.wire.quant import EXP_ZERO
 
-__all__ = ["Dataplane", "Output", "SlotCopy"]
+__all__ = ["Dataplane", "Output", "Plan", "SlotCopy", "plan_round"]
 
 Output = tuple[Address, Header, bytes | memoryview]
 ERROR_REPLY_INTERVAL_S = 0.1
@@ -62,8 +63,9 @@ class SlotCopy:
     acc: np.ndarray | None = None
     sparse: bool = False
     groups: np.ndarray | None = None  # sparse: this round's groups (sorted): rows of sums
-    sums: np.ndarray | None = None   # sparse: int32 (groups, m, b)
-    union: np.ndarray | None = None  # sparse: bool (groups, m): blocks anyone sent
+    sums: np.ndarray | None = None   # sparse: int32 (planned blocks, b), in acc's memory
+    union: np.ndarray | None = None  # sparse: bool (groups, m): the blocks planned
+    rows: np.ndarray | None = None   # sparse: (groups, m) -> row of sums, -1 if not planned
     run: bool = False                # sparse: the result plans a dense run
     result: bytes = b""             # sparse: the encoded result payload
 
@@ -72,21 +74,36 @@ class _Stream:
     """Per slot, the look-ahead of streaming aggregation: every worker's announced next
     non-zero groups (group, exponent, non-zero blocks), and the next round they imply."""
 
-    __slots__ = ("looks", "pending_seq", "pending_groups", "pending_exps")
+    __slots__ = ("looks", "pending_seq", "pending")
 
     def __init__(self, workers: int) -> None:
         self.looks: list[np.ndarray] = [np.zeros((0, 2), np.int64)] * workers
         self.pending_seq = -1        # the round whose groups are planned
-        self.pending_groups = np.zeros(0, np.int64)
-        self.pending_exps = np.zeros(0, np.int64)
+        self.pending = Plan.nothing(0)
 
 
-def plan_round(looks: list[np.ndarray], capacity: int, lookahead: int
-               ) -> tuple[np.ndarray, np.ndarray, int, bool]:
+class Plan(NamedTuple):
+    """A sparse round: its groups (sorted), their agreed exponents, the blocks that will
+    arrive in them (the union of the announced masks), who takes part, and whether the
+    groups are a dense run instead."""
+
+    groups: np.ndarray        # int64 (g,)
+    exps: np.ndarray          # int64 (g,)
+    union: np.ndarray         # bool (g, m)
+    participants: int         # bitmap of workers with data in the groups
+    run: bool
+
+    @classmethod
+    def nothing(cls, m: int) -> Plan:
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, m), bool), 0,
+                   False)
+
+
+def plan_round(looks: list[np.ndarray], m: int, capacity: int, lookahead: int) -> Plan:
     """The next sparse round from every worker's look-ahead (pure).
 
-    Each look-ahead row is (group, exponent, block mask words...), the worker's next
-    non-zero groups in order, at most ``lookahead`` of them.
+    Each look-ahead row is (group, exponent, block mask words of m bits...), the worker's
+    next non-zero groups in order, at most ``lookahead`` of them.
 
     1. only groups up to the smallest last entry of any full look-ahead may be chosen (a
        worker with a full look-ahead may have more groups beyond its last announced one);
@@ -97,11 +114,11 @@ def plan_round(looks: list[np.ndarray], capacity: int, lookahead: int
        workers that announced any chosen group;
     4. but if the first two or more groups are announced by every worker with every block
        present, plan them as a dense run instead (all of them, one dense round each).
-    Returns (groups, exponents, participants bitmap, dense run); no groups: nothing left.
+    No groups: nothing is left.
     """
     rows = [(w, look) for w, look in enumerate(looks) if len(look)]
     if not rows:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), 0, False
+        return Plan.nothing(m)
     full = [look[-1, 0] for _, look in rows if len(look) >= lookahead]
     cap = min(full) if full else np.iinfo(np.int64).max
     table = np.concatenate([look for _, look in rows])
@@ -117,13 +134,15 @@ def plan_round(looks: list[np.ndarray], capacity: int, lookahead: int
         per_group = np.bincount(inverse, weights=full, minlength=len(groups))
         run = int(np.argmin(np.append(per_group == len(looks), False)))
         if run >= 2:
-            return groups[:run], all_exps[:run], (1 << len(looks)) - 1, True
+            return Plan(groups[:run], all_exps[:run], np.ones((run, m), bool),
+                        (1 << len(looks)) - 1, True)
     union = np.bitwise_or.reduceat(table[:, 2:], starts, axis=0)
     take = max(1, int(np.searchsorted(np.cumsum(popcount(union)), capacity, side="right")))
     participants = 0
     for w in np.unique(owner[inverse < take]):
         participants |= 1 << int(w)
-    return groups[:take], all_exps[:take], participants, False
+    return Plan(groups[:take], all_exps[:take], unpack_masks(union[:take], m), participants,
+                False)
 
 
 class _JobSlots:
@@ -267,10 +286,16 @@ class Dataplane:
             # Every worker contributes, those without data in the groups with none: a slot
             # never runs ahead of a worker that has not received its previous result.
             copy.expected = slots.all
-            copy.groups = stream.pending_groups
-            m = job.k // job.block
-            copy.sums = np.zeros((len(copy.groups), m, job.block), np.int32)
-            copy.union = np.zeros((len(copy.groups), m), bool)
+            plan = stream.pending
+            copy.groups, copy.union = plan.groups, plan.union
+            planned = np.flatnonzero(plan.union)  # at most m blocks: the sums fit in acc
+            copy.rows = np.full(plan.union.shape, -1, np.int64)
+            copy.rows.reshape(-1)[planned] = np.arange(len(planned))
+            size = len(planned) * job.block
+            assert copy.acc is not None
+            copy.sums = (copy.acc[:size] if size <= len(copy.acc) else np.empty(size, np.int32)
+                         ).reshape(len(planned), job.block)
+            copy.sums[:] = 0
         copy.remaining = _popcount(copy.expected)
         return True
 
@@ -291,12 +316,18 @@ class Dataplane:
             if part.mask.shape[1] != m or rows[-1] >= len(copy.groups) or \
                     (copy.groups[rows] != part.groups).any():
                 return False  # groups not planned for this round (they are distinct: decoded)
-            assert copy.sums is not None and copy.union is not None
+            assert copy.sums is not None and copy.rows is not None
             segment, block = np.nonzero(part.mask)
-            copy.sums.reshape(-1, job.block)[rows[segment] * m + block] += part.values
-            copy.union[rows] |= part.mask
+            at = copy.rows[rows[segment], block]
+            if (at < 0).any():
+                return False  # blocks the sender did not announce
+            copy.sums[at] += part.values
         stream = slots.streams[hdr.slot]
         assert stream is not None
+        try:
+            unpack_masks(head[:, 2:], m)
+        except ValueError:
+            return False
         head[:, 1] = signed32(head[:, 1])
         stream.looks[hdr.worker] = head
         return True
@@ -308,21 +339,22 @@ class Dataplane:
         job = slots.job
         stream = slots.streams[slot]
         assert stream is not None
-        groups, exps, _participants, run = plan_round(stream.looks, job.k // job.block, LOOKAHEAD)
-        copy.run = run
-        if run:  # dense rounds follow; the position announces again afterwards
+        m = job.k // job.block
+        plan = plan_round(stream.looks, m, m, LOOKAHEAD)
+        groups, exps = plan.groups, plan.exps
+        copy.run = plan.run
+        if plan.run:  # dense rounds follow; the position announces again afterwards
             stream.pending_seq = -1
         elif len(groups):
             stream.pending_seq = copy.seq + 1
-            stream.pending_groups, stream.pending_exps = groups, exps
+            stream.pending = plan
         else:
             stream.pending_seq = -1
         part = Blocks.empty()
         if copy.groups is not None and len(copy.groups):
             assert copy.union is not None and copy.sums is not None
-            sent = copy.union.any(axis=1)  # the sums of the blocks sent, not the whole rows
-            values = copy.sums.reshape(-1, job.block)[np.flatnonzero(copy.union)]
-            part = Blocks(copy.groups[sent], copy.union[sent], values)
+            sent = copy.union.any(axis=1)  # the planned blocks' sums, in the union's order
+            part = Blocks(copy.groups[sent], copy.union[sent], copy.sums)
         copy.numel = part.values.size
         copy.exp = int(exps.max()) if len(exps) else EXP_ZERO
         copy.result = encode_sparse(np.stack([groups, exps], axis=1) if len(groups)

@@ -39,9 +39,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["Blocks", "nonzero_blocks", "block_peaks", "block_density", "signed_blocks",
+__all__ = ["Blocks", "nonzero_blocks", "block_peaks", "block_density",
            "present_blocks", "zero_absent_blocks",
-           "encode", "decode", "mask_words", "data_width", "RESULT_WIDTH", "LOOKAHEAD", "signed32", "pack_masks", "popcount"]
+           "encode", "decode", "mask_words", "data_width", "RESULT_WIDTH", "LOOKAHEAD", "signed32", "pack_masks",
+           "unpack_masks", "popcount"]
 
 RESULT_WIDTH = 2
 LOOKAHEAD = 64  # next non-zero groups a worker announces per slot
@@ -58,6 +59,16 @@ def pack_masks(masks: np.ndarray) -> np.ndarray:
     bits = np.zeros((rows, mask_words(m) * 32), dtype=bool)
     bits[:, :m] = masks
     return np.packbits(bits, axis=1, bitorder="little").view("<u4").astype(np.int64)
+
+
+def unpack_masks(words: np.ndarray, m: int) -> np.ndarray:
+    """u32 words (r, ceil(m / 32)) -> bool rows (r, m); ValueError if a bit lies beyond m."""
+    raw = np.ascontiguousarray(words, dtype="<u4")
+    bits = np.unpackbits(raw.view(np.uint8).reshape(raw.shape[0], 4 * raw.shape[1]), axis=1,
+                         bitorder="little")
+    if bits.shape[1] != mask_words(m) * 32 or bits[:, m:].any():
+        raise ValueError(f"sparse mask has bits beyond its group's {m} blocks")
+    return bits[:, :m].astype(bool)
 
 
 _POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
@@ -130,33 +141,32 @@ def block_peaks(x: np.ndarray, b: int, blocks: np.ndarray | None = None) -> np.n
                       lambda t: max(t.max(), -t.min()), np.float32)
 
 
-_INT_MIN = np.iinfo(np.int32).min  # the bits of -0.0 as an int32
+_SIGN_BYTE = 0x80  # -0.0 is the bytes 00 00 00 80 (little-endian)
 
 
 def present_blocks(x: np.ndarray, b: int) -> tuple[np.ndarray, np.ndarray]:
     """Per block of ``b`` float32 elements: (holds a value other than +-0, NaN included;
-    holds only +-0 with at least one -0.0), from two integer reductions over ``x``'s own
-    memory. As int32, +0.0 is 0, -0.0 the smallest int32 and negative floats lie between
-    them, so min and max decide every block except one holding -0.0 and +0.0 and nothing
-    positive: those few are looked at again."""
+    holds only +-0 with at least one -0.0), from one reduction over ``x``'s own memory: the
+    largest byte of each block. 0: every element is +0.0. Any other byte than 0x80, or a
+    larger one, belongs to a float other than +-0 (-0.0 is the bytes 00 00 00 80). Exactly
+    0x80: -0.0, or values whose bytes are all at most 0x80 (1.0 is 00 00 80 3F): those few
+    blocks are looked at again."""
     full, rest = divmod(len(x), b)
     if full:
-        bits = torch.from_numpy(x[: full * b].view(np.int32)).view(full, b)
-        lo, hi = bits.amin(dim=1).numpy(), bits.amax(dim=1).numpy()
-        present = (hi > 0) | ((lo > _INT_MIN) & ((lo != 0) | (hi != 0))) | (
-            (lo == _INT_MIN) & (hi != _INT_MIN) & (hi != 0))
-        unsure = np.flatnonzero((lo == _INT_MIN) & (hi == 0))
-        if len(unsure):  # nothing positive: a value is there iff some float is below 0
+        top = torch.from_numpy(x[: full * b].view(np.uint8)).view(full, 4 * b).amax(dim=1)
+        top = top.numpy()
+        present = (top != 0) & (top != _SIGN_BYTE)
+        unsure = np.flatnonzero(top == _SIGN_BYTE)
+        if len(unsure):  # a value is there iff the block's max |x| is not 0 (NaN is not)
             present[unsure] = block_peaks(x, b, unsure) != 0
-        negative_zero = ~present & (lo == _INT_MIN)
+        negative_zero = ~present & (top == _SIGN_BYTE)
     else:
         present = negative_zero = np.zeros(0, bool)
     if rest:
         tail = x[full * b:]
         here = bool(np.any(tail != 0) or np.isnan(tail).any())
         present = np.append(present, here)
-        negative_zero = np.append(negative_zero,
-                                  not here and bool((tail.view(np.int32) == _INT_MIN).any()))
+        negative_zero = np.append(negative_zero, not here and bool(np.signbit(tail).any()))
     return present, negative_zero
 
 
@@ -170,14 +180,6 @@ def block_density(x: np.ndarray, b: int, every: int = 1) -> float:
     rows = torch.from_numpy(x[: full * b]).view(full, b)[::every]
     present = torch.maximum(rows.amax(dim=1), rows.amin(dim=1).neg_()) != 0
     return float(present.float().mean())
-
-
-def signed_blocks(x: np.ndarray, b: int, blocks: np.ndarray | None = None) -> np.ndarray:
-    """Per block of ``b`` float32 elements (or the sorted block indices ``blocks``): does any
-    value carry the sign bit (a negative number or -0.0)? One integer reduction: -0.0's
-    bits are the smallest int32."""
-    return _per_block(x, b, blocks, lambda r: (r.view(torch.int32).amin(dim=1) < 0).numpy(),
-                      lambda t: bool((t.view(np.int32) < 0).any()), bool)
 
 
 def zero_absent_blocks(x: np.ndarray, present: np.ndarray, b: int) -> None:
@@ -225,12 +227,9 @@ def decode(payload: memoryview | bytes, numel: int, b: int, width: int
     groups = np.frombuffer(data, dtype="<u4", count=nseg, offset=offset).astype(np.int64)
     if nseg > 1 and not (groups[1:] > groups[:-1]).all():
         raise ValueError("sparse groups are not strictly increasing")
-    raw = np.frombuffer(data, dtype=np.uint8, count=4 * words * nseg, offset=offset + 4 * nseg)
-    bits = np.unpackbits(raw.reshape(nseg, 4 * words), axis=1, bitorder="little")
-    if bits[:, m:].any():
-        raise ValueError("sparse mask has bits beyond its group's blocks")
-    mask = bits[:, :m].astype(bool)
-    present = int(np.count_nonzero(bits))
+    raw = np.frombuffer(data, dtype="<u4", count=words * nseg, offset=offset + 4 * nseg)
+    mask = unpack_masks(raw.reshape(nseg, words), m)
+    present = int(np.count_nonzero(mask))
     if present * b != numel or len(data) - end != 4 * numel:
         raise ValueError(f"sparse payload of {len(data)} bytes holds {present} blocks; the "
                          f"header says {numel} values")

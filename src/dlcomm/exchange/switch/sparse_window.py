@@ -38,14 +38,14 @@ from dlcomm.exchange.switch.window import AllreduceOp, Send, _Position
 from dlcomm.wire.packet import ANNOUNCE, DATA, RUN, SPARSE, Header
 from dlcomm.wire.quant import (EXP_NONFINITE, EXP_ZERO, dequantize_into,
                                dequantize_rows, exponents_of_peaks, quantize_rows)
-from dlcomm.wire.sparse import (LOOKAHEAD, RESULT_WIDTH, Blocks, block_density, block_peaks,
-                                data_width, decode, encode, pack_masks, present_blocks,
-                                signed32, signed_blocks, zero_absent_blocks)
+from dlcomm.wire.sparse import (LOOKAHEAD, RESULT_WIDTH, Blocks, block_peaks, data_width,
+                                decode, encode, pack_masks, present_blocks, signed32,
+                                zero_absent_blocks)
 
 __all__ = ["SparseAllreduceOp"]
 
 
-FEW_BLOCKS = 0.25  # below this sampled density the blocks are found first, then their peaks
+FEW_BLOCKS = 0.25  # below this density the peaks are taken of the present blocks only
 
 
 @dataclass
@@ -59,11 +59,10 @@ class SparseAllreduceOp(AllreduceOp):
         """Find the blocks to send and the chunk exponents (the hot pass over the data).
 
         Blocks above ``threshold`` travel (0 = every block with a value other than +-0;
-        NaN blocks always, so that all workers see them). With threshold 0 and few present
-        blocks (a sample of every 7th block says), one integer min/max reduction finds them
-        and the peaks (max |x|) are taken of the present blocks only; otherwise every
-        block's peak decides (and, with threshold 0, one integer reduction finds the absent
-        blocks that hold a -0.0). A chunk's exponent comes
+        NaN blocks always, so that all workers see them). With threshold 0 one integer
+        reduction finds them (and the absent blocks that hold a -0.0), and the peaks
+        (max |x|) are taken of the present blocks only, or of all blocks when many are
+        present; with a threshold, every block's peak decides. A chunk's exponent comes
         from the largest peak among its blocks that are sent: with threshold 0 that is the
         chunk's max |x|, the dense exponent. Absent blocks are then cleared to +0.0 (they
         may hold -0.0 or, with a threshold, small values), so that the output's zeros are
@@ -74,17 +73,19 @@ class SparseAllreduceOp(AllreduceOp):
             raise ExchangeError(f"sparse block {b} must divide k = {self.k}")
         self.m = self.k // b
         sent = np.zeros(self.chunks * self.m, dtype=np.float32)
-        if self.threshold == 0 and block_density(self.data, b, every=7) < FEW_BLOCKS:
-            # one pass finds the few blocks; peaks only where they are
+        if self.threshold == 0:
             self.mask, negative_zero = present_blocks(self.data, b)
             present = np.flatnonzero(self.mask)
-            sent[present] = block_peaks(self.data, b, present)
+            if len(present) < FEW_BLOCKS * len(self.mask):  # peaks only where blocks are
+                sent[present] = block_peaks(self.data, b, present)
+            else:
+                sent[: len(self.mask)] = np.where(self.mask, block_peaks(self.data, b), 0.0)
             keep = ~negative_zero  # an absent block holds +-0: clear just the -0.0 ones
         else:
             peaks = block_peaks(self.data, b)
             self.mask = ~(peaks <= self.threshold)  # NaN blocks travel: all must see them
             sent[: len(peaks)] = np.where(self.mask, peaks, 0.0)
-            keep = self.mask | ~self._signed_absent(b) if self.threshold == 0 else self.mask
+            keep = self.mask
         exps = exponents_of_peaks(sent.reshape(self.chunks, self.m).max(axis=1)
                                   if self.chunks else np.zeros(0, np.float32))
         if not keep.all():
@@ -95,16 +96,6 @@ class SparseAllreduceOp(AllreduceOp):
         self.packed = pack_masks(self.group_mask)  # per group: its mask as u32 words
         self.union_blocks = 0  # blocks that came back non-zero (the global density)
         return exps
-
-    def _signed_absent(self, b: int) -> np.ndarray:
-        """Per block: absent and holding a -0.0 (absent blocks hold only +-0 here); looked
-        at only where blocks are absent: none at full density, few at high density."""
-        absent = np.flatnonzero(~self.mask)
-        if len(absent) > len(self.mask) // 4:  # many: one pass beats a gather
-            return signed_blocks(self.data, b) & ~self.mask
-        out = np.zeros(len(self.mask), bool)
-        out[absent] = signed_blocks(self.data, b, absent)
-        return out
 
     def __post_init__(self) -> None:
         super().__post_init__()
