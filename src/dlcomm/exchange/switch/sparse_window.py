@@ -116,7 +116,7 @@ class SparseAllreduceOp(AllreduceOp):
     def _next_round(self, pos: _Position) -> None:
         pos.seq = self.seqs[pos.shard][pos.slot]
         self.seqs[pos.shard][pos.slot] += 1
-        pos.retries, pos.missing, pos.complete_seen = 0, None, False
+        pos.new_round()
 
     def _header(self, pos: _Position, numel: int, tsi: int, flags: int = SPARSE) -> Header:
         shard = self.shards[pos.shard]

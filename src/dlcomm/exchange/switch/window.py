@@ -18,10 +18,12 @@ sends a header-only PROBE; the switch answers with a STATUS bitmap of who has co
 flagged COMPLETE once the round is complete. If the bitmap lacks this worker (its packet
 was lost), the payload is sent again at once, with the same sequence number so the switch
 recognises a retransmission. If the round was complete, the result is on its way or lost:
-the next probe, about one round trip later, asks the switch to RESEND it. The timeout is four
-times the smallest recent round trip (:class:`RttEstimator`), doubled on every timeout that
-got no answer. If no result arrives for ``deadline_s``, the op fails naming the ranks the
-switch is still waiting for.
+the next probe, about one round trip later, asks the switch to RESEND it. If it was still
+waiting for other workers, the next probe waits twice as long, up to eight times the base
+timeout (only the result can still be lost; stragglers are not hurried by probes). The
+timeout is four times the smallest recent round trip (:class:`RttEstimator`; rounds that
+were probed give no sample), doubled on every timeout that got no answer. If no result
+arrives for ``deadline_s``, the op fails naming the ranks the switch is still waiting for.
 """
 
 from __future__ import annotations
@@ -65,29 +67,43 @@ class Timing:
 
 
 class RttEstimator:
-    """Retransmission timeout: a multiple of the smallest recent round trip.
+    """Retransmission timeout: a multiple of the smallest recent round trip, and at least
+    twice the median one.
 
     A round's round trip includes waiting for the slowest worker, and under loss for the
     other workers' recoveries, so a mean (RFC 6298's srtt) inflates the timeout, which slows
     recovery, which inflates the mean. The minimum over a window of recent rounds measures
-    the network and the switch alone; probes are header-only, so firing early costs little.
+    the network and the switch alone. But when workers are slower than the network (CPU-bound
+    rounds, a busy switch), most rounds wait for a straggler several times that long, and
+    probing every one of them loads the switch that everybody waits for: twice the median
+    of the rounds that needed no probe (Karn: a probed round gives no sample, so losses do
+    not inflate it) keeps those probes rare.
     """
 
     WINDOW = 128
     FACTOR = 4.0
+    MEDIAN_FACTOR = 2.0
+    REFRESH = 16  # samples between recomputations of the median
 
     def __init__(self, timing: Timing) -> None:
         self.timing = timing
         self.samples: deque[float] = deque(maxlen=self.WINDOW)
         self.srtt: float | None = None  # smoothed round trip, for waiting on a sent result
+        self._median = 0.0
+        self._fresh = 0
 
     def sample(self, rtt: float) -> None:
         self.samples.append(rtt)
         self.srtt = rtt if self.srtt is None else 0.875 * self.srtt + 0.125 * rtt
+        self._fresh += 1
+        if self._fresh >= self.REFRESH or len(self.samples) < self.REFRESH:
+            self._fresh = 0
+            self._median = float(np.median(self.samples))
 
     def timeout(self, backoff: int = 0) -> float:
         t = self.timing
-        base = self.FACTOR * min(self.samples) if self.samples else t.initial_timeout_s
+        base = max(self.FACTOR * min(self.samples), self.MEDIAN_FACTOR * self._median) \
+            if self.samples else t.initial_timeout_s
         return min(t.max_timeout_s, max(t.min_timeout_s, base) * 2 ** backoff)
 
 
@@ -107,6 +123,12 @@ class _Position:
     done: bool = False
     missing: int | None = None       # bitmap of ranks the round waits for (last STATUS)
     complete_seen: bool = False      # a STATUS said the round is complete
+    probed: bool = False             # a probe went out this round: its round trip is unclear
+    waits: int = 0                   # STATUS answers that only others were missing
+
+    def new_round(self) -> None:
+        self.retries, self.missing, self.complete_seen, self.probed, self.waits = \
+            0, None, False, False, 0
 
 
 @dataclass
@@ -175,9 +197,7 @@ class AllreduceOp:
         shard = self.shards[pos.shard]
         pos.seq = self.seqs[pos.shard][pos.slot]
         self.seqs[pos.shard][pos.slot] += 1
-        pos.retries = 0
-        pos.missing = None
-        pos.complete_seen = False
+        pos.new_round()
         if chunk < 0:  # exponent round for the position's first chunk
             pos.chunk, pos.payload = -1, None
             # tsi carries the tensor's length: workers whose tensors differ disagree here,
@@ -226,9 +246,14 @@ class AllreduceOp:
                 return [self._send(pos, now)]
             rtt = self.rtt  # type: ignore[union-attr]
             # complete: the result is on its way or lost; ask again (RESEND) after about one
-            # round trip. Otherwise others are still missing: keep probing at the base timeout.
-            wait = max(self.timing.min_timeout_s, rtt.srtt or 0.0) if pos.complete_seen else \
-                rtt.timeout(0)
+            # round trip. Otherwise others are still missing (stragglers, or peers recovering
+            # a loss): our part is in, only the result could still be lost, so probe less
+            # often the longer they take (up to 8x the base timeout).
+            if pos.complete_seen:
+                wait = max(self.timing.min_timeout_s, rtt.srtt or 0.0)
+            else:
+                pos.waits += 1
+                wait = rtt.timeout(min(pos.waits, 3))
             pos.deadline = now + wait
             return []
         if hdr.type != RESULT:
@@ -236,11 +261,12 @@ class AllreduceOp:
         if hdr.exp == EXP_NONFINITE:
             self._nonfinite()
             return []
+        sent_at, probed = pos.sent_at, pos.probed  # the result arms the next round
         sends = self._on_result(pos, hdr, payload, now)
         if sends is None:
             return []  # not a result of this round after all
-        if pos.retries == 0:
-            self.rtt.sample(now - pos.sent_at)  # type: ignore[union-attr]
+        if not probed:  # Karn: a probed round's time is not a round trip
+            self.rtt.sample(now - sent_at)  # type: ignore[union-attr]
         self.last_progress = now
         return sends
 
@@ -286,6 +312,7 @@ class AllreduceOp:
         for pos in self.positions:
             if not pos.done and pos.deadline <= now:
                 pos.retries += 1
+                pos.probed = True
                 self.probes += 1
                 out.append(self._send(pos, now, probe=True))
         return out
