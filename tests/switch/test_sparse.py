@@ -287,3 +287,17 @@ class TestSparseDataplane:
         head[0, 2] |= 0b1000
         assert self.send(0, 0, head, Blocks.empty(), announce=True) == []
         assert self.dp.counters["drop_length"] == 1
+
+    def test_a_dropped_contribution_leaves_the_sums_alone(self):
+        """Values with a malformed look-ahead are not added: the sender's retransmission
+        is then counted once."""
+        self.announce([[1, 0, 0], [1, 0, 0]])
+        mine = Blocks(np.array([0]), np.array([[True, False, False]]),
+                      np.full((1, self.B), 7, np.int32))
+        bad = look([(3, 1, [1, 0, 0])], self.M)
+        bad[0, 2] |= 0b1000
+        assert self.send(0, 1, bad, mine) == []
+        assert self.send(0, 1, look([], self.M), mine) == []   # the retransmission
+        out = self.send(1, 1, look([], self.M), mine)
+        _, result = decode(bytes(out[0][2]), 4, self.B, 2)
+        assert result.values.tolist() == [[14] * self.B]

@@ -306,6 +306,7 @@ class Dataplane:
         m = job.k // job.block
         try:
             head, part = decode_sparse(payload, hdr.numel, job.block, data_width(m))
+            unpack_masks(head[:, 2:], m)  # the look-ahead's masks: no bit beyond m
         except ValueError:
             return False
         if copy.groups is None:
@@ -324,10 +325,6 @@ class Dataplane:
             copy.sums[at] += part.values
         stream = slots.streams[hdr.slot]
         assert stream is not None
-        try:
-            unpack_masks(head[:, 2:], m)
-        except ValueError:
-            return False
         head[:, 1] = signed32(head[:, 1])
         stream.looks[hdr.worker] = head
         return True

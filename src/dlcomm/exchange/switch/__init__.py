@@ -29,6 +29,7 @@ Bootstrap (once per exchange):
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import socket
@@ -57,13 +58,15 @@ DEFAULT_K = MAX_K // DEFAULT_BLOCK * DEFAULT_BLOCK  # 15,872: dense chunks = spa
 
 def auto_sparse_below(workers: int) -> float:
     """auto: sparse rounds while the global block density is below this. The crossover of
-    the software switch measured on the emulated 1 Gbit/s star (docs/sparse.md) falls with
-    the number of workers, whose packets the switch handles one by one: near 43% union
-    density at 4 workers (sparse 1.30x at 34%, 0.78x at 50%) and 23% at 8 (2.07x at 10%,
-    0.96x at 25%); 1.6 / n between 0.2 and 0.4 fits both."""
-    return min(0.4, max(0.2, 1.6 / max(workers, 1)))
+    the software switch measured on the emulated 1 Gbit/s star (docs/sparse.md, shared
+    blocks: per-worker density = union density) falls with the number of workers, whose
+    packets the switch handles one by one: near 35% union density at 4 workers (sparse
+    1.49x at 25%, 0.68x at 50%) and 24% at 8 (0.98x at 25%); 0.7 / sqrt(n), between 15%
+    and 50%, fits both."""
+    return min(0.5, max(0.15, 0.7 / math.sqrt(max(workers, 1))))
 
 
+DENSITY_SAMPLE = 4096  # blocks auto looks at after a dense all-reduce (+-0.75% at 35%)
 DEFAULT_WINDOW = 8  # per shard: enough to fill a link, small enough not to overflow queues
 
 Address = tuple[str, int]
@@ -232,9 +235,11 @@ class SwitchExchange(Exchange):
             self.density[key] = op.union_blocks / total
         else:
             self.dense_ops += 1
-            if self.mode == "auto":  # every 7th block (prime: no aliasing with power-of-two
-                # layouts): a seventh of a pass, and the same answer on every worker
-                self.density[key] = block_density(op.out, self.block, every=7)
+            if self.mode == "auto":  # a sample of about DENSITY_SAMPLE blocks, evenly spread
+                # (an odd stride: no aliasing with power-of-two layouts); every worker holds
+                # the same sums, so every worker gets the same answer
+                every = max(1, len(op.out) // self.block // DENSITY_SAMPLE) | 1
+                self.density[key] = block_density(op.out, self.block, every=every)
 
     def stats(self):  # type: ignore[no-untyped-def]
         t = self.transport.stats

@@ -21,8 +21,9 @@ recognises a retransmission. If the round was complete, the result is on its way
 the next probe, about one round trip later, asks the switch to RESEND it. If it was still
 waiting for other workers, the next probe waits twice as long, up to eight times the base
 timeout (only the result can still be lost; stragglers are not hurried by probes). The
-timeout is four times the smallest recent round trip (:class:`RttEstimator`; rounds that
-were probed give no sample), doubled on every timeout that got no answer. If no result
+timeout is four times the smallest recent round trip and at least twice the median one
+(:class:`RttEstimator`; rounds that were probed give no sample), doubled on every timeout
+that got no answer. If no result
 arrives for ``deadline_s``, the op fails naming the ranks the switch is still waiting for.
 """
 
