@@ -280,7 +280,7 @@ class TestSparseDataplane:
         out = self.send(0, 1, look([], self.M),
                         Blocks(np.array([0]), np.array([[False, True, False]]),
                                np.ones((1, self.B), np.int32)))
-        assert out == [] and self.dp.counters["drop_length"] == 1
+        assert out == [] and self.dp.counters["drop_unplanned"] == 1
 
     def test_a_look_ahead_with_bits_beyond_the_group_is_dropped(self):
         head = look([(0, 1, [1, 0, 0])], self.M)

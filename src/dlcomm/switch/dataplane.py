@@ -243,8 +243,9 @@ class Dataplane:
         if hdr.tsi != copy.tsi or (not sparse and hdr.numel != copy.numel):
             return self._mismatch(job, hdr, copy)
         if sparse:
-            if not self._add_sparse(slots, hdr, payload, copy):
-                return self._drop("length", job)
+            reason = self._add_sparse(slots, hdr, payload, copy)
+            if reason:
+                return self._drop(reason, job)
         else:
             assert copy.acc is not None
             values = np.frombuffer(payload, dtype=np.int32)
@@ -271,6 +272,10 @@ class Dataplane:
     def _start_round(self, slots: _JobSlots, hdr: Header, copy: SlotCopy, sparse: bool) -> bool:
         """Begin round ``hdr.seq`` on ``copy``; False if its participants are unknown."""
         job = slots.job
+        stream = slots.streams[hdr.slot]
+        planned = sparse and not hdr.flags & ANNOUNCE
+        if planned and (stream is None or stream.pending_seq != hdr.seq):
+            return False  # not a round this slot planned: the copy stays as it was
         copy.seq, copy.bitmap, copy.exp, copy.tsi = hdr.seq, 0, EXP_ZERO, hdr.tsi
         copy.numel, copy.sparse, copy.run = hdr.numel, sparse, False
         if not sparse:
@@ -279,55 +284,54 @@ class Dataplane:
             copy.expected, copy.groups, copy.sums, copy.union = slots.all, None, None, None
             slots.streams[hdr.slot] = _Stream(job.workers)
         else:
-            stream = slots.streams[hdr.slot]
-            if stream is None or stream.pending_seq != hdr.seq:
-                copy.seq = hdr.seq - 2  # not a round this slot knows: stay where we were
-                return False
+            assert stream is not None
             # Every worker contributes, those without data in the groups with none: a slot
             # never runs ahead of a worker that has not received its previous result.
             copy.expected = slots.all
             plan = stream.pending
             copy.groups, copy.union = plan.groups, plan.union
-            planned = np.flatnonzero(plan.union)  # at most m blocks: the sums fit in acc
+            blocks = np.flatnonzero(plan.union)  # at most m blocks: the sums fit in acc
             copy.rows = np.full(plan.union.shape, -1, np.int64)
-            copy.rows.reshape(-1)[planned] = np.arange(len(planned))
-            size = len(planned) * job.block
+            copy.rows.reshape(-1)[blocks] = np.arange(len(blocks))
+            size = len(blocks) * job.block
             assert copy.acc is not None
             copy.sums = (copy.acc[:size] if size <= len(copy.acc) else np.empty(size, np.int32)
-                         ).reshape(len(planned), job.block)
+                         ).reshape(len(blocks), job.block)
             copy.sums[:] = 0
         copy.remaining = _popcount(copy.expected)
         return True
 
     def _add_sparse(self, slots: _JobSlots, hdr: Header, payload: memoryview,
-                    copy: SlotCopy) -> bool:
-        """Add a sparse contribution; record the sender's look-ahead. False if malformed."""
+                    copy: SlotCopy) -> str:
+        """Add a sparse contribution and record the sender's look-ahead; or, touching
+        nothing, name why it is dropped: "length" (malformed payload) or "unplanned"
+        (values in an announce round, groups or blocks outside this round's plan)."""
         job = slots.job
         m = job.k // job.block
         try:
             head, part = decode_sparse(payload, hdr.numel, job.block, data_width(m))
             unpack_masks(head[:, 2:], m)  # the look-ahead's masks: no bit beyond m
         except ValueError:
-            return False
+            return "length"
         if copy.groups is None:
             if len(part.groups):
-                return False  # values in an announce round
+                return "unplanned"  # values in an announce round
         elif len(part.groups):  # one accumulation for all the sender's blocks of this round
             rows = np.searchsorted(copy.groups, part.groups)
             if part.mask.shape[1] != m or rows[-1] >= len(copy.groups) or \
                     (copy.groups[rows] != part.groups).any():
-                return False  # groups not planned for this round (they are distinct: decoded)
+                return "unplanned"  # groups not planned for this round (distinct: decoded)
             assert copy.sums is not None and copy.rows is not None
             segment, block = np.nonzero(part.mask)
             at = copy.rows[rows[segment], block]
             if (at < 0).any():
-                return False  # blocks the sender did not announce
+                return "unplanned"  # blocks nobody announced
             copy.sums[at] += part.values
         stream = slots.streams[hdr.slot]
         assert stream is not None
         head[:, 1] = signed32(head[:, 1])
         stream.looks[hdr.worker] = head
-        return True
+        return ""
 
     @staticmethod
     def _finish_sparse(slots: _JobSlots, slot: int, copy: SlotCopy) -> None:

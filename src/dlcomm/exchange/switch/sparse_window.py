@@ -16,9 +16,9 @@ changes is what a round carries. Groups of m blocks of b elements are the dense 
    worker is implicitly zero there and sends an empty contribution (its look-ahead only),
    so that, as in dense mode, a slot never runs ahead of a worker that has not yet received
    its previous result (a worker that only listened could miss a result for good);
-4. every result carries the sums of the round's groups (the union of the blocks sent) and
-   the next round's plan; when nobody has anything left, the plan is empty and the position
-   is done.
+4. every result carries the sums of the round's groups (the union of the blocks announced
+   in them) and the next round's plan; when nobody has anything left, the plan is empty and
+   the position is done.
 
 At low density one round fuses many groups; at full density a round is one group, as in
 dense mode. Blocks at or below ``threshold`` are not sent and become zeros (0 = exact).

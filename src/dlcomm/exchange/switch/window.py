@@ -19,7 +19,7 @@ flagged COMPLETE once the round is complete. If the bitmap lacks this worker (it
 was lost), the payload is sent again at once, with the same sequence number so the switch
 recognises a retransmission. If the round was complete, the result is on its way or lost:
 the next probe, about one round trip later, asks the switch to RESEND it. If it was still
-waiting for other workers, the next probe waits twice as long, up to eight times the base
+waiting for other workers, the next probe waits twice as long, up to four times the base
 timeout (only the result can still be lost; stragglers are not hurried by probes). The
 timeout is four times the smallest recent round trip and at least twice the median one
 (:class:`RttEstimator`; rounds that were probed give no sample), doubled on every timeout
@@ -77,8 +77,12 @@ class RttEstimator:
     the network and the switch alone. But when workers are slower than the network (CPU-bound
     rounds, a busy switch), most rounds wait for a straggler several times that long, and
     probing every one of them loads the switch that everybody waits for: twice the median
-    of the rounds that needed no probe (Karn: a probed round gives no sample, so losses do
-    not inflate it) keeps those probes rare.
+    keeps those probes rare. A probed round gives no sample (Karn): not only the worker's
+    own losses, but its peers' too would inflate the median (the round waits for their
+    recoveries; at 20% loss and 6 workers almost every round does, and the timeout grew
+    until no progress was made for 30 s). The price: when rounds slow down all at once,
+    the median lags until unprobed rounds show it; the backoff below bounds the probes
+    meanwhile.
     """
 
     WINDOW = 128
@@ -124,7 +128,7 @@ class _Position:
     done: bool = False
     missing: int | None = None       # bitmap of ranks the round waits for (last STATUS)
     complete_seen: bool = False      # a STATUS said the round is complete
-    probed: bool = False             # a probe went out this round: its round trip is unclear
+    probed: bool = False             # a probe went out this round: no round-trip sample
     waits: int = 0                   # STATUS answers that only others were missing
 
     def new_round(self) -> None:
@@ -188,6 +192,7 @@ class AllreduceOp:
         pos.deadline = now + self.rtt.timeout(pos.retries)  # type: ignore[union-attr]
         assert pos.header is not None
         if probe:
+            pos.probed = True
             flags = pos.header.flags | PROBE | (RESEND if pos.complete_seen else 0)
             return (shard.address, replace(pos.header, flags=flags), b"")
         body = memoryview(pos.payload).cast("B") if pos.payload is not None else b""
@@ -240,7 +245,7 @@ class AllreduceOp:
             return []  # a duplicate of an earlier round
         if hdr.type == STATUS:
             pos.missing = int.from_bytes(bytes(payload), "little")
-            pos.complete_seen = bool(hdr.flags & COMPLETE)
+            pos.complete_seen |= bool(hdr.flags & COMPLETE)  # a late older STATUS: still so
             pos.retries = 0  # the switch answered: no reason to back off further
             if (pos.missing >> self.rank) & 1:
                 self.retransmissions += 1  # the switch lacks our packet: send it again
@@ -249,12 +254,13 @@ class AllreduceOp:
             # complete: the result is on its way or lost; ask again (RESEND) after about one
             # round trip. Otherwise others are still missing (stragglers, or peers recovering
             # a loss): our part is in, only the result could still be lost, so probe less
-            # often the longer they take (up to 8x the base timeout).
+            # often the longer they take (up to 4x the base timeout: a lost result then
+            # waits at most that long).
             if pos.complete_seen:
                 wait = max(self.timing.min_timeout_s, rtt.srtt or 0.0)
             else:
                 pos.waits += 1
-                wait = rtt.timeout(min(pos.waits, 3))
+                wait = rtt.timeout(min(pos.waits, 2))
             pos.deadline = now + wait
             return []
         if hdr.type != RESULT:
@@ -313,7 +319,6 @@ class AllreduceOp:
         for pos in self.positions:
             if not pos.done and pos.deadline <= now:
                 pos.retries += 1
-                pos.probed = True
                 self.probes += 1
                 out.append(self._send(pos, now, probe=True))
         return out
