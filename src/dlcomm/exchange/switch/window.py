@@ -23,8 +23,8 @@ waiting for other workers, the next probe waits twice as long, up to four times 
 timeout (only the result can still be lost; stragglers are not hurried by probes). The
 timeout is four times the smallest recent round trip and at least twice the median one
 (:class:`RttEstimator`; rounds that were probed give no sample), doubled on every timeout
-that got no answer. If no result
-arrives for ``deadline_s``, the op fails naming the ranks the switch is still waiting for.
+that got no answer. If no result arrives for ``deadline_s``, the op fails naming the ranks
+the switch is still waiting for.
 """
 
 from __future__ import annotations
