@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from dlcomm.switch.dataplane import plan_round
 from dlcomm.switch.fakenet import NetConfig, aggregate
-from dlcomm.wire.sparse import (Blocks, block_peaks, decode, encode, nonzero_blocks, pack_masks,
+from dlcomm.wire.sparse import (Blocks, block_peaks, decode, encode, pack_masks,
                                 popcount, present_blocks, unpack_masks, zero_absent_blocks)
 
 
@@ -59,7 +59,7 @@ def test_sparse_moves_only_the_blocks_with_data():
 
 def test_negative_zero_and_threshold():
     x = np.array([0.0, -0.0, 0.0, 0.0, 1e-3, 0.0, 0.0, 0.0, 2.0, 0, 0, 0], np.float32)
-    assert nonzero_blocks(x, 4).tolist() == [False, True, True]
+    assert present_blocks(x, 4)[0].tolist() == [False, True, True]
     y = np.array([-0.0, 1e-3, 0, 0, 5.0, 0, 0, 0], np.float32)
     keep = np.array([False, True])
     zero_absent_blocks(y, keep, 4)
@@ -111,22 +111,23 @@ def test_plan_round_respects_capacity_union_and_lookahead():
     m = 4
     a = look([(0, 1, [1, 0, 0, 0]), (8, 2, [1, 1, 0, 0]), (16, 0, [1, 1, 1, 0])], m)
     b = look([(8, 5, [1, 0, 0, 0]), (24, 1, [0, 0, 0, 1])], m)
-    groups, exps, _, who, run = plan_round([a, b], m, capacity=4, lookahead=8)
+    groups, exps, union, run = plan_round([a, b], m, capacity=4, lookahead=8)
     # union blocks: group 0 -> 1, group 8 -> 2, group 16 -> 3: 0 and 8 fit in 4 blocks
-    assert groups.tolist() == [0, 8] and exps.tolist() == [1, 5] and who == 0b11 and not run
-    groups, _, _, who, _ = plan_round([a, b], m, capacity=4, lookahead=2)  # b's list is full:
+    assert groups.tolist() == [0, 8] and exps.tolist() == [1, 5] and not run
+    assert union.tolist() == [[True, False, False, False], [True, True, False, False]]
+    groups, *_ = plan_round([a, b], m, capacity=4, lookahead=2)  # b's list is full:
     assert groups.tolist() == [0, 8]                              # nothing beyond group 24
-    groups, _, _, who, _ = plan_round([a, look([], m)], m, capacity=1, lookahead=8)
-    assert groups.tolist() == [0] and who == 0b01   # at least one group, even if big
+    groups, *_ = plan_round([a, look([], m)], m, capacity=1, lookahead=8)
+    assert groups.tolist() == [0]                   # at least one group, even if big
     assert plan_round([look([], m)] * 2, m, 4, 8)[0].tolist() == []
 
 
 def test_plan_round_finds_dense_runs():
     m = 2
     full = [(g, g, [1, 1]) for g in (3, 6, 9)]
-    groups, exps, _, who, run = plan_round([look(full, m), look(full, m)], m, capacity=2,
-                                           lookahead=8)
-    assert run and groups.tolist() == [3, 6, 9] and who == 0b11
+    groups, exps, _, run = plan_round([look(full, m), look(full, m)], m, capacity=2,
+                                      lookahead=8)
+    assert run and groups.tolist() == [3, 6, 9]
     partial = [(3, 0, [1, 1]), (6, 0, [1, 0])]
     assert not plan_round([look(full, m), look(partial, m)], m, 2, 8).run
 
@@ -164,6 +165,8 @@ def test_present_blocks_tell_values_from_signed_zeros():
     assert present.tolist() == [False, True, True]
     present, negative_zero = present_blocks(np.array([-0.0, 0.0, -0.0], np.float32), 2)
     assert present.tolist() == [False, False] and negative_zero.tolist() == [True, True]
+    with pytest.raises(TypeError, match="float32"):  # it reads float32 bytes
+        present_blocks(np.zeros(8), 2)
 
 
 def test_peaks_of_chosen_blocks_match_those_of_all():

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from dlcomm.exchange.base import Exchange
-from dlcomm.wire.sparse import nonzero_blocks
+from dlcomm.wire.sparse import present_blocks
 
 __all__ = ["ExchangeHookState", "exchange_hook"]
 
@@ -64,9 +64,10 @@ def exchange_hook(state: ExchangeHookState,
         state.first_call = now
     state.buckets += 1
     state.last_call = now
-    blocks = nonzero_blocks(bucket.buffer().detach().numpy(), state.DENSITY_BLOCK)
-    state.blocks_nonzero += int(blocks.sum())
-    state.blocks_total += len(blocks)
+    if bucket.buffer().dtype == torch.float32:  # (dlcomm's gradients; others not counted)
+        blocks, _ = present_blocks(bucket.buffer().detach().numpy(), state.DENSITY_BLOCK)
+        state.blocks_nonzero += int(blocks.sum())
+        state.blocks_total += len(blocks)
     world = state.world_size
     set_layout = getattr(state.exchange, "set_layout", None)
     if set_layout is not None:  # compressed exchanges: PowerSGD compresses matrix by matrix

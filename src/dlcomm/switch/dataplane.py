@@ -84,19 +84,17 @@ class _Stream:
 
 class Plan(NamedTuple):
     """A sparse round: its groups (sorted), their agreed exponents, the blocks that will
-    arrive in them (the union of the announced masks), who takes part, and whether the
-    groups are a dense run instead."""
+    arrive in them (the union of the announced masks), and whether the groups are a dense
+    run instead."""
 
     groups: np.ndarray        # int64 (g,)
     exps: np.ndarray          # int64 (g,)
     union: np.ndarray         # bool (g, m)
-    participants: int         # bitmap of workers with data in the groups
     run: bool
 
     @classmethod
     def nothing(cls, m: int) -> Plan:
-        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, m), bool), 0,
-                   False)
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, m), bool), False)
 
 
 def plan_round(looks: list[np.ndarray], m: int, capacity: int, lookahead: int) -> Plan:
@@ -110,8 +108,8 @@ def plan_round(looks: list[np.ndarray], m: int, capacity: int, lookahead: int) -
     2. take the smallest announced groups in order, at least one, while the union of the
        workers' blocks in them stays within ``capacity`` blocks, so the result fits one
        datagram (each worker's own blocks are a subset: its contribution fits too);
-    3. a group's exponent is the largest announced for it; the participants are the
-       workers that announced any chosen group;
+    3. a group's exponent is the largest announced for it (every worker contributes to
+       every round, those without data in its groups with an empty one);
     4. but if the first two or more groups are announced by every worker with every block
        present, plan them as a dense run instead (all of them, one dense round each).
     No groups: nothing is left.
@@ -122,11 +120,8 @@ def plan_round(looks: list[np.ndarray], m: int, capacity: int, lookahead: int) -
     full = [look[-1, 0] for _, look in rows if len(look) >= lookahead]
     cap = min(full) if full else np.iinfo(np.int64).max
     table = np.concatenate([look for _, look in rows])
-    owner = np.concatenate([np.full(len(look), w) for w, look in rows])
-    keep = table[:, 0] <= cap
-    table, owner = table[keep], owner[keep]
-    order = np.argsort(table[:, 0], kind="stable")
-    table, owner = table[order], owner[order]
+    table = table[table[:, 0] <= cap]
+    table = table[np.argsort(table[:, 0], kind="stable")]
     groups, starts, inverse = np.unique(table[:, 0], return_index=True, return_inverse=True)
     all_exps = np.maximum.reduceat(table[:, 1], starts)
     if len(rows) == len(looks):  # every worker still has data: look for a dense run
@@ -134,15 +129,10 @@ def plan_round(looks: list[np.ndarray], m: int, capacity: int, lookahead: int) -
         per_group = np.bincount(inverse, weights=full, minlength=len(groups))
         run = int(np.argmin(np.append(per_group == len(looks), False)))
         if run >= 2:
-            return Plan(groups[:run], all_exps[:run], np.ones((run, m), bool),
-                        (1 << len(looks)) - 1, True)
+            return Plan(groups[:run], all_exps[:run], np.ones((run, m), bool), True)
     union = np.bitwise_or.reduceat(table[:, 2:], starts, axis=0)
     take = max(1, int(np.searchsorted(np.cumsum(popcount(union)), capacity, side="right")))
-    participants = 0
-    for w in np.unique(owner[inverse < take]):
-        participants |= 1 << int(w)
-    return Plan(groups[:take], all_exps[:take], unpack_masks(union[:take], m), participants,
-                False)
+    return Plan(groups[:take], all_exps[:take], unpack_masks(union[:take], m), False)
 
 
 class _JobSlots:
@@ -290,13 +280,13 @@ class Dataplane:
             copy.expected = slots.all
             plan = stream.pending
             copy.groups, copy.union = plan.groups, plan.union
-            blocks = np.flatnonzero(plan.union)  # at most m blocks: the sums fit in acc
+            # at most m blocks (the capacity of a plan; announced masks have no bit beyond
+            # m): their sums fit in the copy's accumulator of k = m x b
+            blocks = np.flatnonzero(plan.union)
             copy.rows = np.full(plan.union.shape, -1, np.int64)
             copy.rows.reshape(-1)[blocks] = np.arange(len(blocks))
-            size = len(blocks) * job.block
             assert copy.acc is not None
-            copy.sums = (copy.acc[:size] if size <= len(copy.acc) else np.empty(size, np.int32)
-                         ).reshape(len(blocks), job.block)
+            copy.sums = copy.acc[: len(blocks) * job.block].reshape(len(blocks), job.block)
             copy.sums[:] = 0
         copy.remaining = _popcount(copy.expected)
         return True

@@ -39,10 +39,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["Blocks", "nonzero_blocks", "block_peaks", "block_density",
-           "present_blocks", "zero_absent_blocks",
-           "encode", "decode", "mask_words", "data_width", "RESULT_WIDTH", "LOOKAHEAD", "signed32", "pack_masks",
-           "unpack_masks", "popcount"]
+__all__ = ["Blocks", "block_peaks", "block_density", "present_blocks", "zero_absent_blocks",
+           "encode", "decode", "mask_words", "data_width", "RESULT_WIDTH", "LOOKAHEAD",
+           "signed32", "pack_masks", "unpack_masks", "popcount"]
 
 RESULT_WIDTH = 2
 LOOKAHEAD = 64  # next non-zero groups a worker announces per slot
@@ -104,15 +103,6 @@ def mask_words(blocks: int) -> int:
     return (blocks + 31) // 32
 
 
-def nonzero_blocks(x: np.ndarray, b: int) -> np.ndarray:
-    """Per block of ``b`` elements: does it hold a value other than +-0 (NaN included)?"""
-    full, rest = divmod(len(x), b)
-    out = (x[: full * b].reshape(full, b) != 0).any(axis=1) if full else np.zeros(0, bool)
-    if rest:
-        out = np.append(out, bool((x[full * b:] != 0).any()))
-    return out
-
-
 def _per_block(x: np.ndarray, b: int, blocks: np.ndarray | None,
                rows: Callable[[torch.Tensor], np.ndarray], tail: Callable[[np.ndarray], Any],
                dtype: type) -> np.ndarray:
@@ -151,10 +141,11 @@ def present_blocks(x: np.ndarray, b: int) -> tuple[np.ndarray, np.ndarray]:
     larger one, belongs to a float other than +-0 (-0.0 is the bytes 00 00 00 80). Exactly
     0x80: -0.0, or values whose bytes are all at most 0x80 (1.0 is 00 00 80 3F): those few
     blocks are looked at again."""
+    if x.dtype != np.float32:
+        raise TypeError(f"present_blocks reads float32 bytes, got {x.dtype}")
     full, rest = divmod(len(x), b)
     if full:
-        top = torch.from_numpy(x[: full * b].view(np.uint8)).view(full, 4 * b).amax(dim=1)
-        top = top.numpy()
+        top = torch.from_numpy(x[: full * b].view(np.uint8)).view(full, 4 * b).amax(dim=1).numpy()
         present = (top != 0) & (top != _SIGN_BYTE)
         unsure = np.flatnonzero(top == _SIGN_BYTE)
         if len(unsure):  # a value is there iff the block's max |x| is not 0 (NaN is not)
