@@ -132,7 +132,7 @@ def run_job(kind: str, config_file: str) -> None:
 
 def run_as_worker(body: Callable[[], Any]) -> None:
     """Run a rank's body; report a failure once (to the launcher's error file, or stderr)."""
-    from dlcomm.train.runtime import ERROR_FILE_VAR
+    from dlcomm.runtime.env import ERROR_FILE_VAR
     from dlcomm.train.worker import record_failure
 
     try:
@@ -187,7 +187,7 @@ def _register_commands() -> None:
     from dlcomm.plan.commands import topo
     from dlcomm.switch.commands import switch
     from dlcomm.plan.partition.commands import partition
-    from dlcomm.simulate.commands import simulate
+    from dlcomm.plan.simulate.commands import simulate
     from dlcomm.workloads.commands import workloads
 
     for command in (workloads, cluster, emulate, switch, bench, topo, partition, simulate):

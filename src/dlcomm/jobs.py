@@ -10,8 +10,8 @@ from __future__ import annotations
 import random
 from typing import Any, Sequence
 
-from dlcomm.emulate.network import NetworkOptions, Placement, placement
-from dlcomm.train.launcher import check_port_free, free_port, launch
+from dlcomm.emulate.placement import NetworkOptions, Placement, placement
+from dlcomm.runtime.launcher import check_port_free, free_port, launch
 
 __all__ = ["run_workers", "placement", "NetworkOptions", "Placement"]
 

@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 import click
 
-__all__ = ["network_options", "network_from", "split_specs", "switch_options"]
+__all__ = ["network_options", "network_from", "switch_options"]
 
 
 def network_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -26,26 +26,9 @@ def network_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def network_from(cfg: Any) -> Any:
-    from dlcomm.emulate.network import NetworkOptions
+    from dlcomm.emulate.placement import NetworkOptions
 
     return NetworkOptions(cfg.network, cfg.bandwidth, cfg.topology, cfg.cluster)
-
-
-def split_specs(text: str) -> list[str]:
-    """Split ``ring,switch:k=256,window=64`` into ``["ring", "switch:k=256,window=64"]``.
-
-    A comma starts a new spec unless what follows is a ``key=value`` option of the
-    previous spec.
-    """
-    specs: list[str] = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        if specs and "=" in part and ":" in specs[-1] and ":" not in part.split("=")[0]:
-            specs[-1] += "," + part
-        else:
-            specs.append(part)
-    return specs
 
 
 def switch_options(func: Callable[..., Any]) -> Callable[..., Any]:

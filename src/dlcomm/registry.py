@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 
 from dlcomm.errors import ConfigError, RegistryError
 
-__all__ = ["Registry", "Spec", "parse_spec", "parse_size", "parse_rate"]
+__all__ = ["Registry", "Spec", "parse_spec", "split_specs", "parse_size", "parse_rate",
+           "take_option", "reject_unknown"]
 
 T = TypeVar("T")
 
@@ -46,6 +47,57 @@ def parse_spec(text: str) -> Spec:
             raise ConfigError(f"bad option {item!r} in spec {text!r} (expected key=value)")
         options[key.strip()] = value.strip()
     return Spec(name, options)
+
+
+def split_specs(text: str) -> list[str]:
+    """Split ``ring,switch:k=256,window=64`` into ``["ring", "switch:k=256,window=64"]``.
+
+    A comma starts a new spec unless what follows is a ``key=value`` option of the
+    previous spec.
+    """
+    specs: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if specs and "=" in part and ":" in specs[-1] and ":" not in part.split("=")[0]:
+            specs[-1] += "," + part
+        else:
+            specs.append(part)
+    return specs
+
+
+_KINDS: dict[Any, str] = {int: "an integer", float: "a number"}
+
+
+def take_option(options: dict[str, str], key: str, convert: Callable[[str], T], default: T,
+                owner: str, check: Callable[[T], bool] | None = None, want: str = "") -> T:
+    """Pop ``key`` from a spec's ``options`` and convert it (``default`` if absent).
+
+    ``owner`` names the spec in errors (``compressor 'topk'``, ``workload 'synthetic'``);
+    a value that does not convert, or fails ``check``, is a one-line ConfigError that says
+    what was wanted (``want``, else the converter's kind or its own error).
+    """
+    if key not in options:
+        return default
+    text = options.pop(key)
+    try:
+        value = convert(text)
+    except (ValueError, ConfigError) as exc:
+        detail = want or _KINDS.get(convert) or str(exc)
+        raise ConfigError(f"{owner}: bad value {key}={text!r}" + (f" ({detail})" if detail
+                                                                   else "")) from None
+    if check is not None and not check(value):
+        raise ConfigError(f"{owner}: {key}={text} is out of range" + (f" ({want})" if want
+                                                                       else ""))
+    return value
+
+
+def reject_unknown(options: dict[str, str], owner: str, known: Iterable[str] = ()) -> None:
+    """A one-line ConfigError if any option is left over (not taken by the factory)."""
+    if options:
+        names = ", ".join(known)
+        raise ConfigError(f"{owner} has no option(s) {sorted(options)}"
+                          + (f" (known: {names})" if names else ""))
 
 
 def parse_size(text: str | int) -> int:

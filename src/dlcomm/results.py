@@ -29,8 +29,7 @@ import psutil
 from dlcomm.errors import ConfigError
 
 __all__ = ["SCHEMA", "new_result", "write_json", "write_atomic", "check_writable",
-           "versions", "host_facts", "validate_result", "REQUIRED_SUMMARY", "read_table_file",
-           "save_figure"]
+           "versions", "host_facts", "validate_result", "REQUIRED_SUMMARY", "read_table_file"]
 
 SCHEMA = "dlcomm.result/1"
 
@@ -113,16 +112,6 @@ def read_table_file(path: str | Path, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{what} {p} must hold a table/object")
     return data
-
-
-def save_figure(fig: Any, path: str | Path) -> Path:
-    """Write a matplotlib figure as PNG, atomically, and close it."""
-    import matplotlib.pyplot as plt
-
-    try:
-        return write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
-    finally:
-        plt.close(fig)
 
 
 def check_writable(path: str | Path | None, what: str = "--json") -> Path | None:

@@ -63,7 +63,7 @@ def compression_hook(compress: str = "powersgd:rank=4", memory: str = "powersgd"
         ``(state, hook)``; ``state.exchange.stats()`` reports bytes and methods,
         ``state.close()`` releases the exchange when training is over.
     """
-    from dlcomm.compress import compressed_exchange
+    from dlcomm.exchange.compressed import compressed_exchange
 
     if not dist.is_initialized():
         raise RuntimeError("compression_hook needs torch.distributed to be initialized")

@@ -8,7 +8,7 @@ import torch
 from dlcomm.bench.allreduce import AllreduceBench, make_input, reference_sum
 from dlcomm.errors import ConfigError, RegistryError
 from dlcomm.exchange.bounds import LinkFacts, bandwidth_bound_s
-from dlcomm.options import split_specs
+from dlcomm.registry import split_specs
 from tests.conftest import run_dlcomm
 
 

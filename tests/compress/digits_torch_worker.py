@@ -15,7 +15,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
 import dlcomm.torch
-from dlcomm.train.runtime import WorkerEnv
+from dlcomm.runtime.env import WorkerEnv
 from dlcomm.train.trainer import evaluate
 from dlcomm.workloads import make_workload
 

@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from dlcomm.compress.adaptive import AdaptivePolicy, greedy_assignment, simulate_exposed
-from dlcomm.compress.exchange import CallRecord
+from dlcomm.exchange.compressed.adaptive import AdaptivePolicy, greedy_assignment, simulate_exposed
+from dlcomm.exchange.compressed.exchange import CallRecord
 
 NUMEL = 150_000
 DENSE = NUMEL * 4

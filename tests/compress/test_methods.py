@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlcomm.compress import COMPRESSORS, MEMORIES, make_compressor, make_memory, run_local
-from dlcomm.compress.allgather import decode_payload, encode_payload
-from dlcomm.compress.exchange import check_world
+from dlcomm.compress.packing import decode_payload, encode_payload
+from dlcomm.exchange.compressed.exchange import check_world
 from dlcomm.compress.packing import (lane_bits, lanes_per_word, pack_lanes, pack_signs,
                                      unpack_lane_sums, unpack_signs)
 from dlcomm.compress.powersgd import orthogonalize, plan_layout
@@ -253,7 +253,7 @@ def test_bad_specs_are_one_line_config_errors(spec, match):
 
 
 def test_check_specs_before_any_worker_starts():
-    from dlcomm.compress import check_specs
+    from dlcomm.exchange.compressed import check_specs
 
     check_specs("adaptive:every=3", "residual")
     check_specs("topk:ratio=0.1", "dgc")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dlcomm.train.launcher import free_port
+from dlcomm.runtime.launcher import free_port
 
 HERE = Path(__file__).parent
 

@@ -11,7 +11,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from dlcomm.exchange import ExchangeContext, ExchangeHookState, exchange_hook, make_exchange
-from dlcomm.exchange.ring import ring_bytes_per_worker
+from dlcomm.volume import ring_allreduce_bytes
 from dlcomm.workloads.digits import DigitsCNN
 
 
@@ -35,7 +35,7 @@ def main(exchange_spec: str, rtol: float = 1e-6, atol: float = 1e-7) -> None:
             torch.testing.assert_close(p_ours.grad, p_ref.grad, rtol=rtol, atol=atol)
     stats = exchange.stats()
     assert stats.elements == 3 * grad_bytes // 4, stats
-    assert stats.bytes_sent == 3 * ring_bytes_per_worker(grad_bytes, world) or \
+    assert stats.bytes_sent == 3 * ring_allreduce_bytes(grad_bytes, world) or \
         stats.counting == "measured", stats
     dist.barrier()
     dist.destroy_process_group()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dlcomm.exchange.ring import ring_bytes_per_worker
-from dlcomm.train.launcher import free_port
+from dlcomm.volume import ring_allreduce_bytes
+from dlcomm.runtime.launcher import free_port
 
 HERE = Path(__file__).parent
 
@@ -49,4 +49,4 @@ def test_switch_hook_matches_torch_allreduce_within_quantization():
 @pytest.mark.parametrize("nbytes,world,expected", [(100, 1, 0), (100, 2, 100), (120, 3, 160),
                                                    (400, 4, 600)])
 def test_ring_bytes_model(nbytes, world, expected):
-    assert ring_bytes_per_worker(nbytes, world) == expected
+    assert ring_allreduce_bytes(nbytes, world) == expected

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from dlcomm.exchange.switch.control import request_once
+from dlcomm.switch.client import request_once
 from dlcomm.switch.service import running_switches
-from dlcomm.train.launcher import free_port
+from dlcomm.runtime.launcher import free_port
 
 HERE = Path(__file__).parent
 

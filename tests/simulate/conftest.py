@@ -7,8 +7,8 @@ import pytest
 
 from dlcomm.plan.topology import build_topology
 from dlcomm.plan.traffic import Parallelism
-from dlcomm.simulate.collective import Collectives, ExchangeModel
-from dlcomm.simulate.network import SimNetwork
+from dlcomm.plan.simulate.collective import Collectives, ExchangeModel
+from dlcomm.plan.simulate.fluid import SimNetwork
 
 RATE_GBPS = 8.0               # 1e9 bytes/s per link direction: times read as bytes / 1e9
 RATE_BPS = RATE_GBPS * 1e9 / 8

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from dlcomm.errors import ConfigError
 from dlcomm.plan import collectives as coll
-from dlcomm.simulate.algorithms import (
+from dlcomm.plan.simulate.algorithms import (
     SWITCH,
     allgather_phases,
     allreduce_phases,
@@ -17,7 +17,7 @@ from dlcomm.simulate.algorithms import (
     grid_shape,
     ina_phases,
 )
-from dlcomm.simulate.collective import ExchangeModel, host_candidates
+from dlcomm.plan.simulate.collective import ExchangeModel, host_candidates
 
 from .conftest import RATE_BPS, dp_collectives, star
 
@@ -130,8 +130,8 @@ def test_torus_rings_follow_the_physical_grid(spec: str) -> None:
     planner's torus-rings closed form), because the rings follow the physical grid."""
     from dlcomm.plan.topology import build_topology
     from dlcomm.plan.traffic import Parallelism
-    from dlcomm.simulate.collective import Collectives
-    from dlcomm.simulate.network import SimNetwork
+    from dlcomm.plan.simulate.collective import Collectives
+    from dlcomm.plan.simulate.fluid import SimNetwork
 
     topo = build_topology(spec)
     n = topo.accelerators

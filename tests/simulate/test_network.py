@@ -14,8 +14,8 @@ from dlcomm.errors import ConfigError
 from dlcomm.plan.flownet import FlowNet
 from dlcomm.plan.flows import concurrent_rate, max_min_rates, route_matrix
 from dlcomm.plan.topology import build_topology
-from dlcomm.simulate.algorithms import allreduce_phases, ina_phases
-from dlcomm.simulate.network import Pattern, Sharing, SimNetwork
+from dlcomm.plan.simulate.algorithms import allreduce_phases, ina_phases
+from dlcomm.plan.simulate.fluid import Pattern, Sharing, SimNetwork
 
 from .conftest import RATE_BPS, star
 
@@ -111,7 +111,7 @@ def test_dense_progressive_filling_is_the_planners_waterfill(k: int, rows: int,
     import scipy.sparse as sp
 
     from dlcomm.plan.flows import waterfill
-    from dlcomm.simulate.network import progressive_filling
+    from dlcomm.plan.simulate.fluid import progressive_filling
 
     rng = np.random.default_rng(seed)
     loads = rng.random((rows, k)) * (rng.random((rows, k)) < 0.5)

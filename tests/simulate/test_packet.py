@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dlcomm.errors import ConfigError
-from dlcomm.simulate.packet import ina_packet_time, packet_check
+from dlcomm.plan.simulate.packet import ina_packet_time, packet_check
 
 
 def test_bandwidth_bound_aggregation_runs_at_the_flow_models_s_over_b() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 SCRIPT = """
 import json, resource, sys, time
-from dlcomm.simulate import SimConfig, simulate
+from dlcomm.plan.simulate import SimConfig, simulate
 t0 = time.perf_counter()
 out = simulate(SimConfig("gpt3-175b", sys.argv[1], int(sys.argv[2]), sys.argv[3]))
 wall = time.perf_counter() - t0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dlcomm.simulate.reproduce import reproduce_hammingmesh, reproduce_switchml
+from dlcomm.plan.simulate.reproduce import reproduce_hammingmesh, reproduce_switchml
 
 
 def test_switchml_speedups_stay_under_the_byte_advantage() -> None:

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlcomm.simulate.collective import Call
-from dlcomm.simulate.network import Sharing
-from dlcomm.simulate.schedule import Segment, StagePlan, simulate_schedule, stage_order
+from dlcomm.plan.simulate.collective import Call
+from dlcomm.plan.simulate.fluid import Sharing
+from dlcomm.plan.simulate.schedule import Segment, StagePlan, simulate_schedule, stage_order
 
 from .conftest import RATE_BPS, dp_collectives, star
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from dlcomm.exchange.ring import ring_bytes_per_worker
+from dlcomm.volume import ring_allreduce_bytes
 from dlcomm.results import validate_result
 from tests.conftest import dlcomm_cmd, processes_mentioning, run_dlcomm
 
@@ -33,7 +33,7 @@ def test_digits_four_workers_reaches_95_percent(job_tmp):
     doc = load(job_tmp / "r.json")
     s = doc["summary"]
     assert s["final_accuracy"] >= 0.95
-    per_step = ring_bytes_per_worker(s["gradient_bytes"], 4)
+    per_step = ring_allreduce_bytes(s["gradient_bytes"], 4)
     assert s["bytes_sent_per_worker_per_step"] == per_step
     assert s["bytes_sent_per_worker"] == per_step * s["steps"]
     assert s["bytes_counting"] == "modelled"

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from dlcomm.errors import ConfigError
 from dlcomm.exchange import EXCHANGES, ExchangeContext, make_exchange
 from dlcomm.registry import parse_spec
-from dlcomm.train.runtime import WorkerEnv, process_group, set_threads, wire_bytes
+from dlcomm.runtime.env import WorkerEnv, process_group, set_threads, wire_bytes
 
 __all__ = ["AllreduceBench", "make_input", "reference_sum", "worker_main", "summarize"]
 

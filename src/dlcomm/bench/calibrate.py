@@ -1,7 +1,7 @@
 """Calibration of the exchanges against microbenchmarks, apart from any validation case.
 
 The simulator's network time of an all-reduce on an emulated star is the flow model's
-(ring: 2(n-1)/n S / B; switch: S / B; ``dlcomm.simulate.collective``). Real exchanges
+(ring: 2(n-1)/n S / B; switch: S / B; ``dlcomm.plan.simulate.collective``). Real exchanges
 add costs the flow model does not know: gloo's chunking and copies, the software switch's
 per-round processing, Python and kernel overheads. They are measured per message size S
 (each exchange of the list in the same run, on the same emulated star), in one of two
@@ -38,8 +38,8 @@ import numpy as np
 from dlcomm.errors import ConfigError
 from dlcomm.plan.topology import build_topology
 from dlcomm.plan.traffic import Parallelism
-from dlcomm.simulate.collective import Collectives, ExchangeModel
-from dlcomm.simulate.network import SimNetwork
+from dlcomm.plan.simulate.collective import Collectives, ExchangeModel
+from dlcomm.plan.simulate.fluid import SimNetwork
 
 __all__ = ["CalibrationConfig", "star_spec", "modelled_allreduce_s", "fit", "calibrate"]
 
@@ -103,7 +103,7 @@ def _measure(cfg: CalibrationConfig, size: int) -> list[dict[str, Any]]:
     if cfg.mode == "isolated":
         from dlcomm.bench.allreduce import AllreduceBench
         from dlcomm.bench.run import run_allreduce
-        from dlcomm.emulate.network import NetworkOptions
+        from dlcomm.emulate.placement import NetworkOptions
 
         net = NetworkOptions("emulated", f"{cfg.link_bps:.0f}bit", "star")
         bench = AllreduceBench(tuple(cfg.exchanges), cfg.workers, size, cfg.reps, cfg.warmup)

@@ -6,7 +6,8 @@ from typing import Any
 
 import click
 
-from dlcomm.options import network_options, split_specs, switch_options
+from dlcomm.options import network_options, switch_options
+from dlcomm.registry import split_specs
 
 __all__ = ["bench"]
 
@@ -41,7 +42,7 @@ def bench_allreduce(exchanges: str, workers: int, size: str, reps: int, warmup: 
     """Time all-reduces of SIZE bytes per worker through each exchange, with bounds and errors."""
     from dlcomm.bench.allreduce import AllreduceBench
     from dlcomm.bench.run import SwitchOptions, print_allreduce_table, run_allreduce
-    from dlcomm.emulate.network import NetworkOptions
+    from dlcomm.emulate.placement import NetworkOptions
     from dlcomm.registry import parse_size
     from dlcomm.results import check_writable, write_json
 
@@ -123,7 +124,7 @@ def bench_sync(syncs: str | None, scenarios: str, workers: int, workload: str,
     """Time to target accuracy of sync protocols, homogeneous and with stragglers."""
     from dlcomm.bench.sync import (DEFAULT_SYNCS, SyncBench, plot_sync, print_sync_table,
                                    run_sync_bench)
-    from dlcomm.emulate.network import NetworkOptions
+    from dlcomm.emulate.placement import NetworkOptions
     from dlcomm.results import check_writable, write_json
 
     cfg = SyncBench(tuple(split_specs(syncs)) if syncs else DEFAULT_SYNCS,

@@ -31,7 +31,8 @@ import torch
 
 from dlcomm.errors import ConfigError
 from dlcomm.registry import parse_rate, parse_spec
-from dlcomm.results import new_result, save_figure
+from dlcomm.results import new_result
+from dlcomm.plots import save_figure
 
 __all__ = ["Method", "parse_methods", "CompressionBench", "run_compression_bench",
            "throughput_rows", "print_compression_tables", "plot_compression", "PARTS"]
@@ -214,7 +215,7 @@ def _train_row(workload: str, method: Method, doc: dict[str, Any], target: float
 
 
 def accuracy_rows(cfg: CompressionBench, progress: Progress) -> list[dict[str, Any]]:
-    from dlcomm.emulate.network import NetworkOptions
+    from dlcomm.emulate.placement import NetworkOptions
     from dlcomm.jobs import placement
 
     rows = []
@@ -237,7 +238,7 @@ def accuracy_rows(cfg: CompressionBench, progress: Progress) -> list[dict[str, A
 
 
 def train_rows(cfg: CompressionBench, progress: Progress) -> list[dict[str, Any]]:
-    from dlcomm.emulate.network import NetworkOptions
+    from dlcomm.emulate.placement import NetworkOptions
     from dlcomm.jobs import placement
 
     rows: list[dict[str, Any]] = []
@@ -451,9 +452,8 @@ def print_compression_tables(result: dict[str, Any], json_path: str | None) -> N
 
 def plot_compression(result: dict[str, Any], path: str | Path) -> Path:
     """Throughput and ratio per method; time to target per rate; emulated speedups."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from dlcomm.plots import pyplot
+    plt = pyplot()
 
     panels = [p for p in ("throughput", "train", "emulate") if result.get(p)]
     if not panels:

@@ -16,7 +16,7 @@ from dlcomm.bench.allreduce import AllreduceBench
 from dlcomm.bench.run import run_allreduce
 from dlcomm.emulate.dilation import EmulateConfig
 from dlcomm.emulate.emulation import run_emulation
-from dlcomm.emulate.network import NetworkOptions
+from dlcomm.emulate.placement import NetworkOptions
 from dlcomm.results import new_result
 
 __all__ = ["run_fidelity"]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dlcomm.bench.allreduce import AllreduceBench, bench_config_dict, summarize
-from dlcomm.emulate.network import NetworkOptions, Placement
+from dlcomm.emulate.placement import NetworkOptions, Placement
 from dlcomm.emulate.plan import parse_topology
 from dlcomm.exchange.bounds import LinkFacts, bandwidth_bound_s
 from dlcomm.jobs import placement, run_workers

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from dlcomm.emulate.network import NetworkOptions
+from dlcomm.emulate.placement import NetworkOptions
 from dlcomm.errors import ConfigError
 from dlcomm.jobs import placement, run_workers
 from dlcomm.registry import parse_spec
@@ -212,9 +212,8 @@ def print_sync_table(result: dict[str, Any], json_path: str | None) -> None:
 
 def plot_sync(result: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Accuracy of the (consensus) model over training time, one panel per scenario."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from dlcomm.plots import pyplot
+    plt = pyplot()
 
     scenarios = list(result["summary"]["scenarios"])
     fig, axes = plt.subplots(1, len(scenarios), figsize=(5.5 * len(scenarios), 4.2),

@@ -4,7 +4,7 @@ For each number of workers n (default 4 and 8) with its time dilation K (10 and 
 that n links at 10 Gbit/s / K fit this machine, docs/emulation.md):
 
 1. calibrate ring and switch on the emulated star at 10 Gbit/s / K at three message
-   sizes (``dlcomm.simulate.calibrate``; by default streams of back-to-back buckets with
+   sizes (``dlcomm.bench.calibrate``; by default streams of back-to-back buckets with
    no model and no compute, or isolated ``dlcomm bench allreduce`` calls): no model's
    iteration is seen;
 2. emulate each workload (resnet50, vgg19, bert-base by default) with every exchange on
@@ -29,8 +29,8 @@ from typing import Any, Callable
 
 from dlcomm.errors import ConfigError
 from dlcomm.results import new_result
-from dlcomm.simulate.calibrate import CalibrationConfig, calibrate, star_spec
-from dlcomm.simulate.iteration import SimConfig, simulate
+from dlcomm.bench.calibrate import CalibrationConfig, calibrate, star_spec
+from dlcomm.plan.simulate.iteration import SimConfig, simulate
 
 __all__ = ["ValidateConfig", "validate", "TOLERANCE"]
 

@@ -1,19 +1,19 @@
-"""Gradient compression that composes with every exchange (docs/compression.md).
+"""Gradient compression: pure methods, error-feedback memories and wire packing.
 
-    from dlcomm.compress import compressed_exchange, make_compressor
-    exchange = compressed_exchange(make_exchange("ring", ctx), "topk:ratio=0.01", "residual", ctx)
+    from dlcomm.compress import make_compressor, run_local
+    approx, payload = run_local(make_compressor("topk:ratio=0.01"), tensor)
 
 Compressors (one file each, registry :data:`COMPRESSORS`): none, fp16, bf16, topk, randomk,
 threshold, dgc, qsgd, terngrad, signsgd, signum, efsignsgd, onebit, natural, powersgd,
-u8bit; ``adaptive`` chooses among none/fp16/powersgd/topk per bucket. Memories (error
-feedback, :data:`MEMORIES`): none, residual, dgc, powersgd. Attributes load lazily so that
-importing the exchange registry stays light.
+u8bit. Memories (error feedback, :data:`MEMORIES`): none, residual, dgc, powersgd. Nothing
+here imports an exchange: :mod:`dlcomm.exchange.compressed` wraps any exchange with them
+(docs/compression.md). Attributes load lazily so that importing a method stays light.
 """
 
 from typing import Any
 
-__all__ = ["COMPRESSORS", "MEMORIES", "Compressor", "Memory", "CompressedExchange",
-           "compressed_exchange", "make_compressor", "make_memory", "run_local", "check_specs"]
+__all__ = ["COMPRESSORS", "MEMORIES", "Compressor", "Memory", "make_compressor", "make_memory",
+           "run_local", "wire_bytes"]
 
 
 def __getattr__(name: str) -> Any:

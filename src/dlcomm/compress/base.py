@@ -33,7 +33,7 @@ from dlcomm.errors import ConfigError
 from dlcomm.registry import Registry
 
 __all__ = ["Compressor", "Memory", "Round", "Outcome", "Payload", "Protocol", "COMPRESSORS",
-           "MEMORIES", "option", "reject_unknown", "positive", "fraction"]
+           "MEMORIES", "positive", "fraction"]
 
 Payload = list[torch.Tensor]
 T = TypeVar("T")
@@ -149,27 +149,6 @@ class Memory(abc.ABC):
 
 COMPRESSORS: Registry[Compressor] = Registry("compressor")
 MEMORIES: Registry[Memory] = Registry("memory")
-
-
-def option(options: dict[str, str], key: str, convert: Callable[[str], T], default: T,
-           owner: str, check: Callable[[T], bool] | None = None, want: str = "") -> T:
-    """Pop and convert one spec option; a one-line ConfigError if it is bad."""
-    if key not in options:
-        return default
-    text = options.pop(key)
-    try:
-        value = convert(text)
-    except ValueError:
-        raise ConfigError(f"{owner}: bad value {key}={text!r}" + (f" ({want})" if want else "")
-                          ) from None
-    if check is not None and not check(value):
-        raise ConfigError(f"{owner}: {key}={text} is out of range ({want})")
-    return value
-
-
-def reject_unknown(options: dict[str, str], owner: str) -> None:
-    if options:
-        raise ConfigError(f"{owner} has no option(s) {sorted(options)}")
 
 
 def positive(x: float) -> bool:

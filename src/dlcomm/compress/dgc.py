@@ -20,7 +20,8 @@ from typing import Any
 
 import torch
 
-from dlcomm.compress.base import COMPRESSORS, Compressor, Payload, fraction, option, reject_unknown
+from dlcomm.compress.base import COMPRESSORS, Compressor, Payload, fraction
+from dlcomm.registry import reject_unknown, take_option
 from dlcomm.compress.sparse import Sparsifier, sparse_payload
 from dlcomm.compress.topk import topk_indices
 
@@ -55,8 +56,8 @@ class DGC(Sparsifier):
 @COMPRESSORS.register("dgc", "DGC: top-ratio by a sampled threshold (ratio=0.01, sample=0.01)")
 def _make(**options: str) -> Compressor:
     owner = "compressor 'dgc'"
-    ratio = option(options, "ratio", float, 0.01, owner, fraction, "0 < ratio <= 1")
-    sample = option(options, "sample", float, 0.01, owner, fraction, "0 < sample <= 1")
-    seed = option(options, "seed", int, 0, owner)
+    ratio = take_option(options, "ratio", float, 0.01, owner, fraction, "0 < ratio <= 1")
+    sample = take_option(options, "sample", float, 0.01, owner, fraction, "0 < sample <= 1")
+    seed = take_option(options, "seed", int, 0, owner)
     reject_unknown(options, owner)
     return DGC(ratio, sample, seed)

@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from dlcomm.compress.base import (COMPRESSORS, Compressor, Outcome, Payload, Protocol, Round,
-                                  reject_unknown)
+from dlcomm.compress.base import COMPRESSORS, Compressor, Outcome, Payload, Protocol, Round
+from dlcomm.registry import reject_unknown
 
 __all__ = ["HalfCompressor"]
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from dlcomm.compress.base import MEMORIES, Memory, option, reject_unknown
+from dlcomm.compress.base import MEMORIES, Memory
+from dlcomm.registry import reject_unknown, take_option
 
 __all__ = ["NoMemory", "ResidualMemory", "DGCMemory", "PowerSGDMemory"]
 
@@ -127,15 +128,15 @@ def _none(**options: str) -> Memory:
 
 @MEMORIES.register("residual", "e = p - decompress(compress(p)), p = beta e + gamma x")
 def _residual(**options: str) -> Memory:
-    beta = option(options, "beta", float, 1.0, "memory 'residual'")
-    gamma = option(options, "gamma", float, 1.0, "memory 'residual'")
+    beta = take_option(options, "beta", float, 1.0, "memory 'residual'")
+    gamma = take_option(options, "gamma", float, 1.0, "memory 'residual'")
     reject_unknown(options, "memory 'residual'")
     return ResidualMemory(beta, gamma)
 
 
 @MEMORIES.register("dgc", "DGC momentum correction and masking (momentum=0.9)")
 def _dgc(**options: str) -> Memory:
-    momentum = option(options, "momentum", float, 0.9, "memory 'dgc'", lambda v: 0 <= v < 1,
+    momentum = take_option(options, "momentum", float, 0.9, "memory 'dgc'", lambda v: 0 <= v < 1,
                       "0 <= momentum < 1")
     reject_unknown(options, "memory 'dgc'")
     return DGCMemory(momentum)

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from dlcomm.compress.base import COMPRESSORS, Compressor, Payload, option, reject_unknown
+from dlcomm.compress.base import COMPRESSORS, Compressor, Payload
+from dlcomm.registry import reject_unknown, take_option
 from dlcomm.compress.quantizer import uniforms
 
 __all__ = ["Natural"]
@@ -72,6 +73,6 @@ class Natural(Compressor):
 @COMPRESSORS.register("natural", "natural compression: unbiased rounding to powers of two "
                       "(1 byte/element)")
 def _make(**options: str) -> Compressor:
-    seed = option(options, "seed", int, 0, "compressor 'natural'")
+    seed = take_option(options, "seed", int, 0, "compressor 'natural'")
     reject_unknown(options, "compressor 'natural'")
     return Natural(seed)

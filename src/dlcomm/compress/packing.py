@@ -23,10 +23,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from dlcomm.compress.base import Payload
 from dlcomm.errors import ConfigError
 
 __all__ = ["lane_bits", "lanes_per_word", "pack_lanes", "unpack_lane_sums", "pack_signs",
-           "unpack_signs", "WORD_BITS"]
+           "unpack_signs", "WORD_BITS", "encode_payload", "decode_payload"]
 
 WORD_BITS = {torch.int32: 31, torch.float32: 24}  # value bits a summed word may use
 _SIGN_OF_BIT = np.array([-1.0, 1.0], dtype=np.float32)
@@ -81,3 +82,27 @@ def unpack_signs(packed: torch.Tensor, count: int) -> torch.Tensor:
     """The +1/-1 float32 signs of :func:`pack_signs`."""
     bits = np.unpackbits(packed.numpy(), count=count)
     return torch.from_numpy(_SIGN_OF_BIT[bits])
+
+
+def encode_payload(payload: Payload) -> torch.Tensor:
+    """The payload as one uint8 tensor: int64 counts, then every tensor's raw bytes."""
+    header = torch.tensor([t.numel() for t in payload], dtype=torch.int64)
+    parts = [header.view(torch.uint8)]
+    for t in payload:
+        raw = t.contiguous().reshape(-1).view(torch.uint8)
+        parts.append(raw)
+        if raw.numel() % 8:
+            parts.append(torch.zeros(8 - raw.numel() % 8, dtype=torch.uint8))
+    return torch.cat(parts)
+
+
+def decode_payload(buf: torch.Tensor, like: Payload) -> Payload:
+    """Inverse of :func:`encode_payload`; ``like`` gives the dtypes (a local payload)."""
+    count = len(like)
+    header = buf[:8 * count].view(torch.int64)
+    out, at = [], 8 * count
+    for t, numel in zip(like, header.tolist()):
+        nbytes = int(numel) * t.element_size()
+        out.append(buf[at:at + nbytes].view(t.dtype))
+        at += -(-nbytes // 8) * 8
+    return out

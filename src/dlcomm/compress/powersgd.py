@@ -33,8 +33,8 @@ import numpy as np
 import torch
 
 from dlcomm.errors import ConfigError
-from dlcomm.compress.base import (COMPRESSORS, Compressor, Outcome, Payload, Protocol, Round,
-                                  option, reject_unknown)
+from dlcomm.compress.base import COMPRESSORS, Compressor, Outcome, Payload, Protocol, Round
+from dlcomm.registry import take_option, reject_unknown
 
 __all__ = ["PowerSGD", "orthogonalize", "Layout", "plan_layout"]
 
@@ -241,12 +241,12 @@ class PowerSGD(Compressor):
                       "min_rate=2, warm=1, seed=0); summable")
 def _make(**options: str) -> Compressor:
     owner = "compressor 'powersgd'"
-    rank = option(options, "rank", int, 1, owner, lambda v: v >= 1, "rank >= 1")
-    start = option(options, "start", int, 2, owner, lambda v: v >= 0, "start >= 0")
-    min_rate = option(options, "min_rate", float, 2.0, owner, lambda v: v > 0, "min_rate > 0")
-    warm = option(options, "warm", int, 1, owner, lambda v: v in (0, 1), "0 or 1")
-    seed = option(options, "seed", int, 0, owner)
-    eps = option(options, "eps", float, 0.0, owner, lambda v: v >= 0, "eps >= 0")
+    rank = take_option(options, "rank", int, 1, owner, lambda v: v >= 1, "rank >= 1")
+    start = take_option(options, "start", int, 2, owner, lambda v: v >= 0, "start >= 0")
+    min_rate = take_option(options, "min_rate", float, 2.0, owner, lambda v: v > 0, "min_rate > 0")
+    warm = take_option(options, "warm", int, 1, owner, lambda v: v in (0, 1), "0 or 1")
+    seed = take_option(options, "seed", int, 0, owner)
+    eps = take_option(options, "eps", float, 0.0, owner, lambda v: v >= 0, "eps >= 0")
     reject_unknown(options, owner)
     if warm and start < 2:
         raise ConfigError(f"{owner}: start must be >= 2 with warm start (DDP rebuilds its "

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from dlcomm.compress.base import COMPRESSORS, Compressor, option, reject_unknown
+from dlcomm.compress.base import COMPRESSORS, Compressor
+from dlcomm.registry import reject_unknown, take_option
 from dlcomm.compress.quantizer import StochasticQuantizer
 
 __all__ = ["QSGD"]
@@ -34,9 +35,9 @@ class QSGD(StochasticQuantizer):
                       "with an agreed scale")
 def _make(**options: str) -> Compressor:
     owner = "compressor 'qsgd'"
-    levels = option(options, "levels", int, 127, owner, lambda v: 1 <= v <= 32767,
+    levels = take_option(options, "levels", int, 127, owner, lambda v: 1 <= v <= 32767,
                     "1 <= levels <= 32767")
-    norm = option(options, "norm", str, "2", owner, lambda v: v in ("2", "inf"), "2 or inf")
-    seed = option(options, "seed", int, 0, owner)
+    norm = take_option(options, "norm", str, "2", owner, lambda v: v in ("2", "inf"), "2 or inf")
+    seed = take_option(options, "seed", int, 0, owner)
     reject_unknown(options, owner)
     return QSGD(levels, norm, seed)

@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from dlcomm.compress.base import COMPRESSORS, Compressor, Payload, fraction, option, reject_unknown
+from dlcomm.compress.base import COMPRESSORS, Compressor, Payload, fraction
+from dlcomm.registry import reject_unknown, take_option
 
 __all__ = ["RandomK", "shared_indices"]
 
@@ -60,8 +61,8 @@ class RandomK(Compressor):
                       "(ratio=0.01, scale=1, seed=0); summable")
 def _make(**options: str) -> Compressor:
     owner = "compressor 'randomk'"
-    ratio = option(options, "ratio", float, 0.01, owner, fraction, "0 < ratio <= 1")
-    seed = option(options, "seed", int, 0, owner)
-    scale = option(options, "scale", int, 1, owner, lambda v: v in (0, 1), "0 or 1")
+    ratio = take_option(options, "ratio", float, 0.01, owner, fraction, "0 < ratio <= 1")
+    seed = take_option(options, "seed", int, 0, owner)
+    scale = take_option(options, "scale", int, 1, owner, lambda v: v in (0, 1), "0 or 1")
     reject_unknown(options, owner)
     return RandomK(ratio, seed, bool(scale))

@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from dlcomm.compress.base import COMPRESSORS, Compressor, Payload, option, reject_unknown
+from dlcomm.compress.base import COMPRESSORS, Compressor, Payload
+from dlcomm.registry import reject_unknown, take_option
 from dlcomm.compress.signsgd import SignSGD
 
 __all__ = ["Signum"]
@@ -38,7 +39,7 @@ class Signum(SignSGD):
 
 @COMPRESSORS.register("signum", "signs of local momentum, majority vote (momentum=0.9)")
 def _make(**options: str) -> Compressor:
-    momentum = option(options, "momentum", float, 0.9, "compressor 'signum'",
+    momentum = take_option(options, "momentum", float, 0.9, "compressor 'signum'",
                       lambda v: 0 <= v < 1, "0 <= momentum < 1")
     reject_unknown(options, "compressor 'signum'")
     return Signum(momentum)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from dlcomm.compress.base import COMPRESSORS, Compressor, option, reject_unknown
+from dlcomm.compress.base import COMPRESSORS, Compressor
+from dlcomm.registry import reject_unknown, take_option
 from dlcomm.compress.quantizer import StochasticQuantizer
 
 __all__ = ["TernGrad"]
@@ -34,7 +35,7 @@ class TernGrad(StochasticQuantizer):
 @COMPRESSORS.register("terngrad", "TernGrad ternary levels x shared max (clip=0); summable")
 def _make(**options: str) -> Compressor:
     owner = "compressor 'terngrad'"
-    clip = option(options, "clip", float, 0.0, owner, lambda v: v >= 0, "clip >= 0")
-    seed = option(options, "seed", int, 0, owner)
+    clip = take_option(options, "clip", float, 0.0, owner, lambda v: v >= 0, "clip >= 0")
+    seed = take_option(options, "seed", int, 0, owner)
     reject_unknown(options, owner)
     return TernGrad(clip, seed)

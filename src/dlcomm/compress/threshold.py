@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-from dlcomm.compress.base import COMPRESSORS, Compressor, Payload, option, positive, reject_unknown
+from dlcomm.compress.base import COMPRESSORS, Compressor, Payload, positive
+from dlcomm.registry import reject_unknown, take_option
 from dlcomm.compress.sparse import Sparsifier, sparse_payload
 
 __all__ = ["Threshold"]
@@ -35,6 +36,6 @@ class Threshold(Sparsifier):
 
 @COMPRESSORS.register("threshold", "elements with |x| >= tau, with indices (tau=0.001)")
 def _make(**options: str) -> Compressor:
-    tau = option(options, "tau", float, 1e-3, "compressor 'threshold'", positive, "tau > 0")
+    tau = take_option(options, "tau", float, 1e-3, "compressor 'threshold'", positive, "tau > 0")
     reject_unknown(options, "compressor 'threshold'")
     return Threshold(tau)

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from dlcomm.compress.base import COMPRESSORS, Compressor, Payload, fraction, option, reject_unknown
+from dlcomm.compress.base import COMPRESSORS, Compressor, Payload, fraction
+from dlcomm.registry import reject_unknown, take_option
 from dlcomm.compress.sparse import Sparsifier, sparse_payload
 
 __all__ = ["TopK", "topk_indices"]
@@ -50,6 +51,6 @@ class TopK(Sparsifier):
 
 @COMPRESSORS.register("topk", "the k = ratio*n largest magnitudes with indices (ratio=0.01)")
 def _make(**options: str) -> Compressor:
-    ratio = option(options, "ratio", float, 0.01, "compressor 'topk'", fraction, "0 < ratio <= 1")
+    ratio = take_option(options, "ratio", float, 0.01, "compressor 'topk'", fraction, "0 < ratio <= 1")
     reject_unknown(options, "compressor 'topk'")
     return TopK(ratio)

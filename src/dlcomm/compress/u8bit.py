@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from dlcomm.compress.base import COMPRESSORS, Compressor, option, reject_unknown
+from dlcomm.compress.base import COMPRESSORS, Compressor
+from dlcomm.registry import reject_unknown, take_option
 from dlcomm.compress.quantizer import StochasticQuantizer, level_dtype
 
 __all__ = ["EightBit"]
@@ -36,7 +37,7 @@ class EightBit(StochasticQuantizer):
 @COMPRESSORS.register("u8bit", "8-bit levels x shared max (stochastic=1); summable")
 def _make(**options: str) -> Compressor:
     owner = "compressor 'u8bit'"
-    stochastic = option(options, "stochastic", int, 1, owner, lambda v: v in (0, 1), "0 or 1")
-    seed = option(options, "seed", int, 0, owner)
+    stochastic = take_option(options, "stochastic", int, 1, owner, lambda v: v in (0, 1), "0 or 1")
+    seed = take_option(options, "seed", int, 0, owner)
     reject_unknown(options, owner)
     return EightBit(bool(stochastic), seed)

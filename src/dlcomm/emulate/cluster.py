@@ -155,7 +155,7 @@ def temporary_cluster(hosts: int, bandwidth_bps: float, topology: str = "star",
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
 
     def on_signal(signum: int, _frame: object) -> None:
-        from dlcomm.train.launcher import Interrupted
+        from dlcomm.runtime.launcher import Interrupted
         raise Interrupted(signum)
 
     try:

@@ -134,7 +134,7 @@ def emulate(workload: str, workers: int, bandwidth: str, accelerator: str, batch
     from dlcomm.emulate.emulation import run_emulation
     from dlcomm.emulate.plan import ClusterSpec
     from dlcomm.exchange import EXCHANGES
-    from dlcomm.options import split_specs
+    from dlcomm.registry import split_specs
     from dlcomm.registry import parse_rate
     from dlcomm.results import check_writable, write_json
 

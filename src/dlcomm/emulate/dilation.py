@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 from dlcomm.errors import ConfigError
 from dlcomm.exchange import EXCHANGES, ExchangeContext, make_exchange
-from dlcomm.train.runtime import WorkerEnv, process_group, set_threads, wire_bytes
+from dlcomm.runtime.env import WorkerEnv, process_group, set_threads, wire_bytes
 from dlcomm.workloads.accelerators import get_accelerator
 from dlcomm.workloads.catalog import get_model
 from dlcomm.workloads.catalog.compute import (DDP_BUCKET_CAP_BYTES, IterationTime, iteration_time,

@@ -14,7 +14,7 @@ from dlcomm.emulate.check import measure_capacity
 from dlcomm.emulate.cluster import require_root
 from dlcomm.emulate.dilation import (EmulateConfig, breakdown, config_dict, nice_dilation,
                                      schedule_for)
-from dlcomm.emulate.network import NetworkOptions
+from dlcomm.emulate.placement import NetworkOptions
 from dlcomm.jobs import placement, run_workers
 from dlcomm.results import new_result
 from dlcomm.switch.service import switches_for_job

@@ -21,9 +21,10 @@ import torch
 import torch.distributed as dist
 
 from dlcomm.registry import Registry, Spec, parse_spec
+from dlcomm.wire.sparse import Presence
 
-__all__ = ["Exchange", "ExchangeContext", "ExchangeStats", "EXCHANGES", "make_exchange",
-           "completed_future"]
+__all__ = ["Exchange", "Capabilities", "ExchangeContext", "ExchangeStats", "EXCHANGES",
+           "make_exchange", "completed_future"]
 
 
 @dataclass(frozen=True)
@@ -53,24 +54,41 @@ class ExchangeStats:
                 **self.extra}
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What an exchange can do beyond summing float32 tensors: callers ask, never guess."""
+
+    native_dtypes: bool = False  # sums float16, bfloat16 and int32 tensors as such (the ring)
+    sparse: bool = False         # moves only the blocks that hold data (sparse-switch, auto)
+    layout: bool = False         # wants each tensor's parameter shapes (:meth:`set_layout`)
+
+
 class Exchange(abc.ABC):
     """Sums a flat tensor over all workers, asynchronously."""
 
     name: str = "exchange"
+    capabilities: Capabilities = Capabilities()
 
     def __init__(self, ctx: ExchangeContext, counting: str) -> None:
         self.ctx = ctx
         self._stats = ExchangeStats(counting=counting)
 
     @abc.abstractmethod
-    def allreduce(self, flat: torch.Tensor, key: int | str | None = None
-                  ) -> torch.futures.Future[torch.Tensor]:
+    def allreduce(self, flat: torch.Tensor, key: int | str | None = None,
+                  presence: Presence | None = None) -> torch.futures.Future[torch.Tensor]:
         """Start summing ``flat`` over all workers; the Future's value is the sum.
 
         The result may be written into ``flat`` itself; callers must not read ``flat``
         before the Future completes. ``key`` names the tensor (the DDP bucket index) for
         exchanges that keep state per tensor, such as error feedback in compression.
+        ``presence``: which blocks of ``flat`` hold data, if the caller already looked (the
+        DDP hook does, for its density metric); an exchange that needs them (sparse rounds)
+        uses it instead of reading the tensor again, others ignore it.
         """
+
+    def set_layout(self, key: int | str | None, shapes: list[torch.Size]) -> None:
+        """The parameter shapes that make up the tensor named ``key`` (DDP's bucket), for
+        exchanges whose ``capabilities.layout`` is set; others ignore it."""
 
     def stats(self) -> ExchangeStats:
         """Cumulative traffic of this worker (a snapshot copy)."""

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dlcomm.volume import ring_allreduce_factor
+
 __all__ = ["LinkFacts", "bandwidth_bound_s"]
 
 
@@ -39,4 +41,4 @@ def bandwidth_bound_s(exchange: str, workers: int, nbytes: float, links: LinkFac
             bound = max(bound, links.per_rack * bits / links.uplink_bps)
         return bound
     rate = min(links.rate_bps, links.uplink_bps) if racked else links.rate_bps
-    return 2 * (workers - 1) / workers * bits / rate
+    return ring_allreduce_factor(workers) * bits / rate

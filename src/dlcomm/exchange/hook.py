@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from dlcomm.exchange.base import Exchange
-from dlcomm.wire.sparse import present_blocks
+from dlcomm.wire.sparse import presence
 
 __all__ = ["ExchangeHookState", "exchange_hook"]
 
@@ -54,9 +54,11 @@ def exchange_hook(state: ExchangeHookState,
     """Average one gradient bucket over all workers with ``state.exchange``.
 
     1. note the time the bucket was ready (backward has produced all its gradients), and how
-       many of its blocks hold data (the density that sparse aggregation exploits);
+       many of its blocks hold data (the density that sparse aggregation exploits; a sparse
+       exchange is handed these blocks, so that nobody reads the bucket twice for them);
     2. start ``exchange.allreduce`` on the bucket's flat buffer (the sum over workers),
-       after telling an exchange that has ``set_layout`` the bucket's parameter shapes;
+       after telling an exchange that wants it (``capabilities.layout``) the bucket's
+       parameter shapes;
     3. divide the sum by the world size when it arrives; DDP copies it into ``.grad``.
     """
     now = time.perf_counter()
@@ -64,13 +66,15 @@ def exchange_hook(state: ExchangeHookState,
         state.first_call = now
     state.buckets += 1
     state.last_call = now
+    seen = None
     if bucket.buffer().dtype == torch.float32:  # (dlcomm's gradients; others not counted)
-        blocks, _ = present_blocks(bucket.buffer().detach().numpy(), state.DENSITY_BLOCK)
-        state.blocks_nonzero += int(blocks.sum())
-        state.blocks_total += len(blocks)
+        seen = presence(bucket.buffer().detach().numpy(), state.DENSITY_BLOCK)
+        state.blocks_nonzero += int(seen.present.sum())
+        state.blocks_total += len(seen.present)
     world = state.world_size
-    set_layout = getattr(state.exchange, "set_layout", None)
-    if set_layout is not None:  # compressed exchanges: PowerSGD compresses matrix by matrix
-        set_layout(bucket.index(), [g.shape for g in bucket.gradients()])
-    fut = state.exchange.allreduce(bucket.buffer(), bucket.index())
+    if state.exchange.capabilities.layout:  # compressed: PowerSGD compresses matrix by matrix
+        state.exchange.set_layout(bucket.index(), [g.shape for g in bucket.gradients()])
+    if not state.exchange.capabilities.sparse:
+        seen = None  # nothing to hand on: dense exchanges do not look at blocks
+    fut = state.exchange.allreduce(bucket.buffer(), bucket.index(), seen)
     return fut.then(lambda done: done.value().div_(world))

@@ -12,32 +12,31 @@ import torch
 import torch.distributed as dist
 
 from dlcomm.errors import ConfigError
-from dlcomm.exchange.base import EXCHANGES, Exchange, ExchangeContext, completed_future
+from dlcomm.exchange.base import (EXCHANGES, Capabilities, Exchange, ExchangeContext,
+                                  completed_future)
+from dlcomm.volume import ring_allreduce_bytes
+from dlcomm.wire.sparse import Presence
 
-__all__ = ["RingExchange", "ring_bytes_per_worker"]
-
-
-def ring_bytes_per_worker(nbytes: int, world_size: int) -> int:
-    """Bytes each worker sends (and receives) in a ring all-reduce of ``nbytes``."""
-    return 2 * (world_size - 1) * nbytes // world_size
+__all__ = ["RingExchange"]
 
 
 class RingExchange(Exchange):
     """All-reduce through torch.distributed on the context's process group."""
 
     name = "ring"
+    capabilities = Capabilities(native_dtypes=True)
 
     def __init__(self, ctx: ExchangeContext) -> None:
         super().__init__(ctx, counting="modelled")
 
-    def allreduce(self, flat: torch.Tensor, key: int | str | None = None
-                  ) -> torch.futures.Future[torch.Tensor]:
+    def allreduce(self, flat: torch.Tensor, key: int | str | None = None,
+                  presence: Presence | None = None) -> torch.futures.Future[torch.Tensor]:
         s = self._stats
         s.calls += 1
         s.elements += flat.numel()
         if self.ctx.world_size == 1:
             return completed_future(flat)
-        moved = ring_bytes_per_worker(flat.numel() * flat.element_size(), self.ctx.world_size)
+        moved = ring_allreduce_bytes(flat.numel() * flat.element_size(), self.ctx.world_size)
         s.bytes_sent += moved
         s.bytes_received += moved
         work = dist.all_reduce(flat, group=self.ctx.group, async_op=True)

@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from dlcomm.volume import ring_allreduce_factor
+
 __all__ = ["ring_allreduce", "ring_reduce_scatter", "ring_allgather",
            "recursive_doubling_allreduce", "rabenseifner_allreduce", "rabenseifner_steps",
            "binomial_allreduce", "torus_allreduce", "hierarchical_allreduce",
@@ -113,7 +115,7 @@ def torus_allreduce(dims: Sequence[int], n: float, alpha: float, beta: float,
     if rings < 1:
         raise ValueError(f"rings must be >= 1, got {rings}")
     return (2 * (sum(dims) - len(dims)) * alpha
-            + 2 * (total - 1) / total * n * beta / rings)
+            + ring_allreduce_factor(total) * n * beta / rings)
 
 
 def hierarchical_allreduce(g: int, nodes: int, n: float, alpha: float, beta_intra: float,
@@ -166,4 +168,4 @@ def bus_bandwidth(p: int, n: float, seconds: float) -> float:
     """
     if seconds <= 0:
         return math.inf
-    return 2 * (p - 1) / p * n / seconds
+    return ring_allreduce_factor(p) * n / seconds

@@ -149,7 +149,7 @@ def topo_compare(accelerators: int, topologies: str | None, workload: str | None
                  quiet: bool) -> None:
     """Compare topologies of about N accelerators: cost, bandwidth, per dollar."""
     from dlcomm.errors import ConfigError
-    from dlcomm.options import split_specs
+    from dlcomm.registry import split_specs
     from dlcomm.plan.compare import CompareConfig, compare, plot_compare, print_compare
     from dlcomm.plan.topology import COMPARE_SET, TOPOLOGIES, sized_spec
     from dlcomm.plan.traffic import parse_parallelism

@@ -28,7 +28,8 @@ from dlcomm.plan.topology import COMPARE_SET, build_topology, sized_spec
 from dlcomm.plan.topology.base import LinkParams, Topology
 from dlcomm.plan.topology.fattree import FatTree
 from dlcomm.plan.traffic import Parallelism
-from dlcomm.results import new_result, save_figure
+from dlcomm.results import new_result
+from dlcomm.plots import save_figure
 
 __all__ = ["CompareConfig", "compare", "print_compare", "plot_compare", "RELATIVE_KEYS"]
 
@@ -212,9 +213,8 @@ def print_compare(result: dict[str, Any], json_path: str | None = None) -> None:
 
 def plot_compare(result: dict[str, Any], path: str | Path) -> Path:
     """Cost per accelerator and bandwidth per dollar relative to the fat tree (bars)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from dlcomm.plots import pyplot
+    plt = pyplot()
     import numpy as np
 
     rows = result["topologies"]

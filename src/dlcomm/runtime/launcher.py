@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from dlcomm.errors import ConfigError, DlcommError, WorkerFailed
-from dlcomm.train.runtime import ERROR_FILE_VAR
+from dlcomm.runtime.env import ERROR_FILE_VAR
 
 __all__ = ["launch", "free_port", "check_port_free", "Interrupted", "describe_exit"]
 

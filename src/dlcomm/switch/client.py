@@ -1,4 +1,10 @@
-"""The worker's end of the switch's control channel (see :mod:`dlcomm.wire.control`)."""
+"""The client side of the switch's control channel (see :mod:`dlcomm.wire.control`).
+
+A job's workers register and attach through :class:`ControlClient` (its connection then
+carries failure events for as long as the job lives); ``dlcomm switch stats`` and tests ask
+single questions with :func:`request_once`. Addresses are written ``HOST:PORT[+HOST:PORT]``
+(:func:`parse_addresses`).
+"""
 
 from __future__ import annotations
 
@@ -8,12 +14,28 @@ import socket
 import threading
 from typing import Any
 
-from dlcomm.errors import ExchangeError
+from dlcomm.errors import ConfigError, ExchangeError
 from dlcomm.wire.control import decode_line, encode_line
 
-__all__ = ["ControlClient", "request_once"]
+__all__ = ["ControlClient", "request_once", "parse_addresses", "Address"]
 
 Address = tuple[str, int]
+
+
+def parse_addresses(text: str) -> list[Address]:
+    """``a:p+b:q`` (or ``a:p,b:q``) -> [(a, p), (b, q)]."""
+    out = []
+    for part in filter(None, (p.strip() for p in text.replace(",", "+").split("+"))):
+        host, _, port = part.rpartition(":")
+        try:
+            out.append((host, int(port)))
+        except ValueError:
+            raise ConfigError(f"bad switch address {part!r} (expected HOST:PORT)") from None
+        if not host or not 0 < out[-1][1] < 65536:
+            raise ConfigError(f"bad switch address {part!r} (expected HOST:PORT)")
+    if not out:
+        raise ConfigError("the switch exchange needs addr=HOST:PORT (or --switch)")
+    return out
 
 
 def _connect(address: Address, timeout: float) -> socket.socket:

@@ -31,7 +31,7 @@ def switch_serve(bind: str, slots: int, max_k: int | None, drop_rate: float, see
     import signal
 
     from dlcomm.errors import ConfigError
-    from dlcomm.exchange.switch import parse_addresses
+    from dlcomm.switch.client import parse_addresses
     from dlcomm.switch.server import SwitchServer
 
     (host, port), = parse_addresses(bind)
@@ -71,8 +71,8 @@ def switch_stats(addr: str, as_json: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from dlcomm.exchange.switch import parse_addresses
-    from dlcomm.exchange.switch.control import request_once
+    from dlcomm.switch.client import parse_addresses
+    from dlcomm.switch.client import request_once
 
     for address in parse_addresses(addr):
         stats = request_once(address, {"op": "stats"})["stats"]

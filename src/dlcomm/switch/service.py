@@ -85,7 +85,7 @@ def running_switches(host: str, count: int = 1, prefix: Sequence[str] = (),
     stops (the parent may not be able to reach an emulated switch over the network).
     """
     if base_port == 0:
-        from dlcomm.train.launcher import free_port
+        from dlcomm.runtime.launcher import free_port
         ports = [free_port(host) if not prefix else BASE_PORT + i for i in range(count)]
     else:
         ports = [base_port + i for i in range(count)]

@@ -7,7 +7,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from dlcomm.results import new_result, save_figure
+from dlcomm.results import new_result
+
+from dlcomm.plots import save_figure
 from dlcomm.train.config import TrainConfig
 from dlcomm.train.trainer import WorkerReport
 from dlcomm.workloads import Workload
@@ -110,9 +112,8 @@ def print_train_table(result: dict[str, Any], json_path: str | None = None) -> N
 
 def plot_train(results: list[dict[str, Any]], path: str | Path) -> Path:
     """Loss over steps and the headline metric over wall time, one line per result."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from dlcomm.plots import pyplot
+    plt = pyplot()
 
     fig, (ax_loss, ax_metric) = plt.subplots(1, 2, figsize=(11, 4))
     for i, res in enumerate(results):

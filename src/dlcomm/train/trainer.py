@@ -27,7 +27,7 @@ from dlcomm.errors import ConfigError
 from dlcomm.exchange import ExchangeContext, ExchangeHookState, exchange_hook, make_exchange
 from dlcomm.train.config import Fault, TrainConfig, parse_fault
 from dlcomm.train.hetero import parse_straggler, slowdown, step_delay
-from dlcomm.train.runtime import WorkerEnv, wire_bytes
+from dlcomm.runtime.env import WorkerEnv, wire_bytes
 from dlcomm.workloads import Workload, finish_metrics, make_workload
 
 __all__ = ["train", "StepRecord", "WorkerReport"]
@@ -137,7 +137,7 @@ def train(cfg: TrainConfig, env: WorkerEnv) -> tuple[Workload, list[WorkerReport
     model = DistributedDataParallel(workload.model)
     exchange = make_exchange(cfg.exchange, ExchangeContext(env.rank, env.world_size))
     if cfg.compress != "none" or cfg.memory != "none":
-        from dlcomm.compress import compressed_exchange
+        from dlcomm.exchange.compressed import compressed_exchange
         exchange = compressed_exchange(exchange, cfg.compress, cfg.memory,
                                        ExchangeContext(env.rank, env.world_size))
     hook_state = ExchangeHookState(exchange, env.world_size)

@@ -20,7 +20,7 @@ from pathlib import Path
 from dlcomm.errors import DlcommError
 from dlcomm.results import write_json
 from dlcomm.train.config import TrainConfig
-from dlcomm.train.runtime import ERROR_FILE_VAR, WorkerEnv, process_group, set_threads
+from dlcomm.runtime.env import ERROR_FILE_VAR, WorkerEnv, process_group, set_threads
 
 __all__ = ["run_worker", "record_failure"]
 

@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["Blocks", "block_peaks", "block_density", "present_blocks", "zero_absent_blocks",
+__all__ = ["Blocks", "Presence", "presence", "block_peaks", "block_density", "present_blocks",
+           "zero_absent_blocks",
            "encode", "decode", "mask_words", "data_width", "RESULT_WIDTH", "LOOKAHEAD",
            "signed32", "pack_masks", "unpack_masks", "popcount"]
 
@@ -132,6 +133,26 @@ def block_peaks(x: np.ndarray, b: int, blocks: np.ndarray | None = None) -> np.n
 
 
 _SIGN_BYTE = 0x80  # -0.0 is the bytes 00 00 00 80 (little-endian)
+
+
+@dataclass(frozen=True)
+class Presence:
+    """Which blocks of ``block`` elements of a tensor hold data (:func:`presence`): found
+    once per tensor and handed on, so that nobody reads the tensor for it a second time."""
+
+    block: int
+    present: np.ndarray        # per block: a value other than +-0 (NaN included)
+    negative_zero: np.ndarray  # per block: only +-0, at least one -0.0
+
+    @property
+    def density(self) -> float:
+        return float(self.present.mean()) if len(self.present) else 0.0
+
+
+def presence(x: np.ndarray, b: int) -> Presence:
+    """:func:`present_blocks` of ``x`` as a :class:`Presence`."""
+    present, negative_zero = present_blocks(x, b)
+    return Presence(b, present, negative_zero)
 
 
 def present_blocks(x: np.ndarray, b: int) -> tuple[np.ndarray, np.ndarray]:

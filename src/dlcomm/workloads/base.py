@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import Callable
 
 import torch
 from torch import nn
@@ -20,7 +20,7 @@ from dlcomm.errors import ConfigError
 from dlcomm.registry import Registry, Spec, parse_spec
 
 __all__ = ["Workload", "WORKLOADS", "make_workload", "EvalSums", "classify_sums",
-           "option", "reject_unknown", "finish_metrics"]
+           "finish_metrics"]
 
 # (loss_sum, correct, count): summed over a shard of the test set, then all-reduced.
 EvalSums = torch.Tensor
@@ -74,25 +74,6 @@ def finish_metrics(metric: str, sums: EvalSums) -> dict[str, float]:
         out["perplexity"] = math.exp(min(loss, 700.0))
         out["accuracy"] = correct / max(count, 1.0)
     return out
-
-
-T = TypeVar("T")
-
-
-def option(options: dict[str, str], key: str, convert: Callable[[str], T], default: T,
-           workload: str) -> T:
-    """Read and convert one spec option, with a clear error."""
-    if key not in options:
-        return default
-    try:
-        return convert(options.pop(key))
-    except (ValueError, ConfigError) as exc:
-        raise ConfigError(f"workload {workload!r}: bad value for {key!r}: {exc}") from exc
-
-
-def reject_unknown(options: dict[str, str], workload: str) -> None:
-    if options:
-        raise ConfigError(f"workload {workload!r} has no option(s) {sorted(options)}")
 
 
 WORKLOADS: Registry[Workload] = Registry("workload")

@@ -10,7 +10,8 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from dlcomm.workloads.base import WORKLOADS, Workload, classify_sums, option, reject_unknown
+from dlcomm.workloads.base import WORKLOADS, Workload, classify_sums
+from dlcomm.registry import reject_unknown, take_option
 
 __all__ = ["DigitsCNN", "load_digits_split"]
 
@@ -47,8 +48,8 @@ def load_digits_split(seed: int = 0) -> tuple[TensorDataset, TensorDataset]:
 
 @WORKLOADS.register("digits-cnn", "scikit-learn digits (real data), small CNN, accuracy")
 def make_digits_cnn(seed: int = 0, **options: str) -> Workload:
-    width = option(options, "width", int, 32, "digits-cnn")
-    reject_unknown(options, "digits-cnn")
+    width = take_option(options, "width", int, 32, "workload 'digits-cnn'")
+    reject_unknown(options, "workload 'digits-cnn'")
     train, test = load_digits_split(0)  # the split is fixed; the seed drives init and order
     torch.manual_seed(seed)
     return Workload(name="digits-cnn", model=DigitsCNN(width), train_set=train, test_set=test,

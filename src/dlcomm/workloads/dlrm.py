@@ -19,7 +19,8 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from dlcomm.registry import parse_size
-from dlcomm.workloads.base import WORKLOADS, Workload, classify_sums, option, reject_unknown
+from dlcomm.workloads.base import WORKLOADS, Workload, classify_sums
+from dlcomm.registry import reject_unknown, take_option
 
 __all__ = ["DLRM", "click_data"]
 
@@ -63,13 +64,14 @@ def click_data(examples: int, dense: int, tables: int, rows: int, alpha: float,
 @WORKLOADS.register("dlrm-synthetic", "DLRM-style recommender, power-law click data, accuracy")
 def make_dlrm(seed: int = 0, **options: str) -> Workload:
     name = "dlrm-synthetic"
-    tables = option(options, "tables", int, 8, name)
-    rows = option(options, "rows", parse_size, 20_000, name)
-    dim = option(options, "dim", int, 16, name)
-    examples = option(options, "examples", parse_size, 40_000, name)
-    alpha = option(options, "alpha", float, 1.1, name)
-    dense = option(options, "dense", int, 13, name)
-    reject_unknown(options, name)
+    owner = f"workload {name!r}"
+    tables = take_option(options, "tables", int, 8, owner)
+    rows = take_option(options, "rows", parse_size, 20_000, owner)
+    dim = take_option(options, "dim", int, 16, owner)
+    examples = take_option(options, "examples", parse_size, 40_000, owner)
+    alpha = take_option(options, "alpha", float, 1.1, owner)
+    dense = take_option(options, "dense", int, 13, owner)
+    reject_unknown(options, owner)
     x, y = click_data(examples + examples // 5, dense, tables, rows, alpha, seed=1234)
     cut = examples
     torch.manual_seed(seed)

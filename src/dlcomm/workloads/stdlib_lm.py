@@ -26,7 +26,8 @@ from torch.utils.data import TensorDataset
 
 from dlcomm.errors import ConfigError
 from dlcomm.registry import parse_size
-from dlcomm.workloads.base import WORKLOADS, Workload, classify_sums, option, reject_unknown
+from dlcomm.workloads.base import WORKLOADS, Workload, classify_sums
+from dlcomm.registry import reject_unknown, take_option
 
 __all__ = ["Corpus", "build_corpus", "tokenize", "TransformerLM", "LMConfig"]
 
@@ -188,14 +189,15 @@ def _lm_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 @WORKLOADS.register("stdlib-lm", "transformer LM on the Python stdlib's source, perplexity")
 def make_stdlib_lm(seed: int = 0, **options: str) -> Workload:
     name = "stdlib-lm"
-    cfg = LMConfig(vocab=option(options, "vocab", int, 12_000, name),
-                   context=option(options, "context", int, 32, name),
-                   dim=option(options, "dim", int, 64, name),
-                   layers=option(options, "layers", int, 2, name),
-                   heads=option(options, "heads", int, 4, name))
-    train_tokens = option(options, "tokens", parse_size, 1_500_000, name)
-    test_tokens = option(options, "test_tokens", parse_size, 32_768, name)
-    reject_unknown(options, name)
+    owner = f"workload {name!r}"
+    cfg = LMConfig(vocab=take_option(options, "vocab", int, 12_000, owner),
+                   context=take_option(options, "context", int, 32, owner),
+                   dim=take_option(options, "dim", int, 64, owner),
+                   layers=take_option(options, "layers", int, 2, owner),
+                   heads=take_option(options, "heads", int, 4, owner))
+    train_tokens = take_option(options, "tokens", parse_size, 1_500_000, owner)
+    test_tokens = take_option(options, "test_tokens", parse_size, 32_768, owner)
+    reject_unknown(options, owner)
     if cfg.vocab < 10_000:
         raise ConfigError(f"workload {name!r}: vocab must be >= 10000, got {cfg.vocab}")
     if cfg.dim % cfg.heads:

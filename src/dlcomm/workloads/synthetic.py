@@ -13,7 +13,8 @@ from torch.utils.data import TensorDataset
 
 from dlcomm.errors import ConfigError
 from dlcomm.registry import parse_size
-from dlcomm.workloads.base import WORKLOADS, Workload, option, reject_unknown
+from dlcomm.workloads.base import WORKLOADS, Workload
+from dlcomm.registry import reject_unknown, take_option
 
 __all__ = ["SyntheticModel"]
 
@@ -41,10 +42,10 @@ def _eval_sums(output: torch.Tensor, _target: torch.Tensor) -> torch.Tensor:
 
 @WORKLOADS.register("synthetic", "parameter tensors of any size/count (tensors=, numel=)")
 def make_synthetic(seed: int = 0, **options: str) -> Workload:
-    tensors = option(options, "tensors", int, 4, "synthetic")
-    numel = option(options, "numel", parse_size, 1_000_000, "synthetic")
-    examples = option(options, "examples", int, 4096, "synthetic")
-    reject_unknown(options, "synthetic")
+    tensors = take_option(options, "tensors", int, 4, "workload 'synthetic'")
+    numel = take_option(options, "numel", parse_size, 1_000_000, "workload 'synthetic'")
+    examples = take_option(options, "examples", int, 4096, "workload 'synthetic'")
+    reject_unknown(options, "workload 'synthetic'")
     if tensors < 1 or numel < 1:
         raise ConfigError("workload 'synthetic' needs tensors >= 1 and numel >= 1")
     torch.manual_seed(seed)

@@ -11,7 +11,7 @@ from dlcomm.errors import ConfigError, WorkerFailed
 from dlcomm.plan.partition.devices import make_cluster
 from dlcomm.plan.partition.execute import ExecPlan, Execution, execute, integer_splits
 from dlcomm.plan.partition.execute.launch import run_job
-from dlcomm.plan.partition.execute.network import executable_table
+from dlcomm.plan.partition.execute.model import executable_table
 from dlcomm.plan.partition.execute.worker import table_to_dict
 from dlcomm.plan.partition.graph import build_graph
 from dlcomm.plan.partition.hierarchy import PlanOptions, plan

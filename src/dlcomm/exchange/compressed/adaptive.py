@@ -61,11 +61,12 @@ from typing import Any, Callable
 import torch
 
 from dlcomm.compress.base import Compressor
-from dlcomm.compress.exchange import STABLE_ITERATION, CallRecord, Policy
+from dlcomm.exchange.compressed.exchange import STABLE_ITERATION, CallRecord, Policy
 from dlcomm.compress.fp16 import HalfCompressor
 from dlcomm.compress.none import NoCompression
 from dlcomm.compress.powersgd import PowerSGD
 from dlcomm.compress.topk import TopK
+from dlcomm.volume import ring_allreduce_factor
 
 __all__ = ["AdaptivePolicy", "simulate_exposed", "greedy_assignment"]
 
@@ -167,7 +168,7 @@ class AdaptivePolicy(Policy):
             return []
         n = self.world
         self.compute[name] = {"none": 0.0}
-        self.wire[name] = {"none": (2 * (n - 1) / n if n > 1 else 0.0) * numel * 4}
+        self.wire[name] = {"none": ring_allreduce_factor(n) * numel * 4}
         if n == 1:
             return []
         if not self.latencies:  # one tiny blocking all-reduce first: the latency alpha

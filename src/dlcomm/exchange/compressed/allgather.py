@@ -3,9 +3,9 @@
 torch.distributed's gloo all-gather wants equal sizes, so padding every payload to the
 largest one (what GRACE's allgather does) sends max/mean times the bytes needed. Instead:
 
-1. the payload tensors are laid out as raw bytes: a header of one int64 element count per
-   tensor, then each tensor's bytes (their dtypes are the compressor's, known to every peer),
-   each padded to a multiple of 8 bytes so that every tensor can be viewed in place;
+1. the payload tensors are laid out as raw bytes
+   (:func:`dlcomm.compress.packing.encode_payload`: int64 element counts, then each
+   tensor's bytes padded to a multiple of 8, so that every tensor can be viewed in place);
 2. the workers all-gather their byte counts (one int64 each);
 3. one ``all_to_all_single`` moves exactly each worker's bytes to every other worker
    (input: my bytes once per peer; output: the peers' bytes back to back).
@@ -22,33 +22,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from dlcomm.compress.base import Payload
 
-__all__ = ["encode_payload", "decode_payload", "allgather_bytes", "GatherCount"]
-
-
-def encode_payload(payload: Payload) -> torch.Tensor:
-    """The payload as one uint8 tensor: int64 counts, then every tensor's raw bytes."""
-    header = torch.tensor([t.numel() for t in payload], dtype=torch.int64)
-    parts = [header.view(torch.uint8)]
-    for t in payload:
-        raw = t.contiguous().reshape(-1).view(torch.uint8)
-        parts.append(raw)
-        if raw.numel() % 8:
-            parts.append(torch.zeros(8 - raw.numel() % 8, dtype=torch.uint8))
-    return torch.cat(parts)
-
-
-def decode_payload(buf: torch.Tensor, like: Payload) -> Payload:
-    """Inverse of :func:`encode_payload`; ``like`` gives the dtypes (a local payload)."""
-    count = len(like)
-    header = buf[:8 * count].view(torch.int64)
-    out, at = [], 8 * count
-    for t, numel in zip(like, header.tolist()):
-        nbytes = int(numel) * t.element_size()
-        out.append(buf[at:at + nbytes].view(t.dtype))
-        at += -(-nbytes // 8) * 8
-    return out
+__all__ = ["allgather_bytes", "GatherCount"]
 
 
 class GatherCount:

@@ -36,15 +36,17 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dlcomm.compress.allgather import GatherCount, allgather_bytes, decode_payload, encode_payload
 from dlcomm.compress.base import Compressor, Memory, Outcome, Protocol, Round
-from dlcomm.compress.packing import lanes_per_word, pack_lanes, unpack_lane_sums
+from dlcomm.compress.packing import (decode_payload, encode_payload, lanes_per_word, pack_lanes,
+                                    unpack_lane_sums)
 from dlcomm.errors import ConfigError, ExchangeError
-from dlcomm.exchange.base import Exchange, ExchangeContext, ExchangeStats
-from dlcomm.exchange.ring import RingExchange, ring_bytes_per_worker
+from dlcomm.exchange.base import Capabilities, Exchange, ExchangeContext, ExchangeStats
+from dlcomm.exchange.compressed.allgather import GatherCount, allgather_bytes
+from dlcomm.volume import ring_allreduce_bytes
+from dlcomm.wire.sparse import Presence
 
 __all__ = ["CompressedExchange", "Policy", "FixedPolicy", "CallRecord", "STABLE_ITERATION",
-           "sums_natively", "sums_sparsely", "check_world"]
+           "check_world"]
 
 STABLE_ITERATION = 2  # DDP rebuilds buckets after iteration 0: keyed state from here on
 
@@ -123,13 +125,14 @@ class CompressedExchange(Exchange):
     """Wraps ``inner``: compress, exchange, decompress, error feedback (module docstring)."""
 
     name = "compressed"
+    capabilities = Capabilities(layout=True)
 
     def __init__(self, inner: Exchange, policy: Policy, memory: Memory, ctx: ExchangeContext,
                  spec: dict[str, str]) -> None:
         super().__init__(ctx, counting=inner.stats().counting)
         self.inner, self.policy, self.memory, self.spec = inner, policy, memory, spec
-        self.native = sums_natively(inner)
-        self.sparse_inner = sums_sparsely(inner)
+        self.native = inner.capabilities.native_dtypes
+        self.sparse_inner = inner.capabilities.sparse
         self.word = torch.int32 if self.native else torch.float32
         for c in policy.compressors():
             c.bind(ctx.rank, ctx.world_size)
@@ -152,7 +155,7 @@ class CompressedExchange(Exchange):
         self.layouts[key] = list(shapes)
 
     def allreduce(self, flat: torch.Tensor, key: int | str | None = None,
-                  shapes: list[torch.Size] | None = None) -> torch.futures.Future[torch.Tensor]:
+                  presence: Presence | None = None) -> torch.futures.Future[torch.Tensor]:
         if self._failure is not None:
             raise ExchangeError(f"compressed exchange failed earlier: {self._failure}")
         if flat.dtype != torch.float32:
@@ -169,7 +172,7 @@ class CompressedExchange(Exchange):
         fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
         record = CallRecord(f"{key}:{flat.numel()}", flat.numel(), self.iteration, "",
                             submitted=time.perf_counter())
-        self._queue.put(_Job(flat, record, shapes or self.layouts.get(key), fut))
+        self._queue.put(_Job(flat, record, self.layouts.get(key), fut))
         return fut
 
     def stats(self) -> ExchangeStats:
@@ -187,9 +190,9 @@ class CompressedExchange(Exchange):
                    "allgather_bytes_received": g.data_received,
                    "control_bytes": g.control_bytes,
                    "dense_bytes": self.totals["dense_bytes"],
-                   "dense_ring_bytes": ring_bytes_per_worker(self.totals["dense_bytes"],
+                   "dense_ring_bytes": ring_allreduce_bytes(self.totals["dense_bytes"],
                                                              max(self.ctx.world_size, 1)),
-                   "traffic_ratio": (ring_bytes_per_worker(self.totals["dense_bytes"],
+                   "traffic_ratio": (ring_allreduce_bytes(self.totals["dense_bytes"],
                                                            self.ctx.world_size) / payload
                                      if payload else None),
                    "compress_s": self.totals["compress_s"], "comm_s": self.totals["comm_s"],
@@ -305,7 +308,7 @@ class CompressedExchange(Exchange):
                 t0 = time.perf_counter()
                 dist.all_reduce(values, op=dist.ReduceOp.MAX, group=self.ctx.group)
                 rec.comm_s += time.perf_counter() - t0
-                self.gathered.control_bytes += ring_bytes_per_worker(values.numel() * 4, world)
+                self.gathered.control_bytes += ring_allreduce_bytes(values.numel() * 4, world)
             out, at = [], 0
             for t in request.tensors:
                 out.append(values[at:at + t.numel()].view(t.shape))
@@ -383,19 +386,6 @@ class CompressedExchange(Exchange):
         if compressor.aggregation == "majority":
             acc = torch.sign(acc).mul_(world)
         return Outcome(acc, local=lambda: compressor.decompress(payload, ctx))
-
-
-def sums_natively(inner: Exchange) -> bool:
-    """Whether ``inner`` sums float16/bfloat16/int32 tensors as such (torch's ring does; the
-    switch sums float32 only). Other exchanges can say so with ``native_dtypes = True``."""
-    return isinstance(inner, RingExchange) or bool(getattr(inner, "native_dtypes", False))
-
-
-def sums_sparsely(inner: Exchange) -> bool:
-    """Whether ``inner`` moves only the non-zero blocks of a tensor (``sparse-switch``, or
-    ``auto`` which goes sparse for sparse tensors); others may say ``sparse = True``."""
-    return getattr(inner, "mode", "dense") in ("sparse", "auto") or bool(
-        getattr(inner, "sparse", False))
 
 
 def _plain_rounds(tensor: torch.Tensor) -> Protocol:

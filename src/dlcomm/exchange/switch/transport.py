@@ -1,8 +1,10 @@
 """The worker's I/O shell: one UDP socket and one thread that drives :class:`AllreduceOp`s.
 
-Operations run one after another in submission order (DDP hands buckets over in order);
-each resolves its Future with the summed tensor or fails it with the op's error. Every
-byte sent and received is counted here, on dlcomm's own socket.
+:meth:`Transport.submit` queues a tensor; the I/O thread builds its op (dense or sparse),
+runs it to the end and resolves the Future with a :class:`Finished` (the summed tensor and
+what the op learnt of the tensor's sparsity), or fails it with the op's error. Operations
+run one after another in submission order (DDP hands buckets over in order). Every byte
+sent and received is counted here, on dlcomm's own socket.
 """
 
 from __future__ import annotations
@@ -22,10 +24,31 @@ from dlcomm.errors import ExchangeError
 from dlcomm.exchange.switch.sparse_window import SparseAllreduceOp
 from dlcomm.exchange.switch.window import AllreduceOp, RttEstimator, Send, Shard, Timing
 from dlcomm.wire.packet import Malformed, decode
+from dlcomm.wire.sparse import Presence
 
-__all__ = ["Transport", "TransportStats", "MakeOp"]
+__all__ = ["Transport", "TransportStats", "Request", "Finished"]
 
-MakeOp = Callable[[np.ndarray], AllreduceOp]
+
+@dataclass(frozen=True)
+class Request:
+    """One all-reduce to run: in place on ``flat``, dense or in sparse rounds."""
+
+    flat: torch.Tensor
+    sparse: bool = False
+    block: int = 0                      # sparse rounds: the block size
+    threshold: float = 0.0              # sparse rounds: blocks at or below are not sent
+    presence: Presence | None = None    # the tensor's present blocks, if already known
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A completed all-reduce: the sum (in the request's tensor) and what was seen of it."""
+
+    total: torch.Tensor
+    sums: np.ndarray                    # the same memory, as numpy
+    sparse: bool
+    blocks: int = 0                     # sparse: blocks of the tensor
+    union_blocks: int = 0               # sparse: blocks non-zero on some worker
 
 
 @dataclass
@@ -44,7 +67,7 @@ class TransportStats:
 class Transport:
     def __init__(self, sock: socket.socket, rank: int, workers: int, k: int,
                  shards: list[Shard], timing: Timing, drop_rate: float = 0.0, seed: int = 0,
-                 failure: "callable[[], str | None]" = lambda: None) -> None:  # type: ignore[valid-type]
+                 failure: Callable[[], str | None] = lambda: None) -> None:
         self.sock, self.rank, self.workers, self.k = sock, rank, workers, k
         self.shards, self.timing = shards, timing
         self.seqs = [[0] * sh.slots for sh in shards]
@@ -54,28 +77,18 @@ class Transport:
         self.failure = failure
         self.stats = TransportStats()
         self.broken: ExchangeError | None = None
-        self._ops: queue.Queue[tuple[torch.Tensor, torch.futures.Future, MakeOp] | None] = \
+        self._ops: queue.Queue[tuple[Request, torch.futures.Future[Finished]] | None] = \
             queue.Queue()
         self._thread = threading.Thread(target=self._run, name="dlcomm-switch-io", daemon=True)
         self._thread.start()
 
-    def new_op(self, data: np.ndarray, sparse: bool = False, block: int = 0,
-               threshold: float = 0.0) -> AllreduceOp:
-        """A dense or sparse op over this transport's job (to run from the I/O thread)."""
-        if sparse:
-            return SparseAllreduceOp(data, data, self.rank, self.workers, self.k, self.shards,
-                                     self.seqs, self.timing, self.rtt, block=block,
-                                     threshold=threshold)
-        return AllreduceOp(data, data, self.rank, self.workers, self.k, self.shards, self.seqs,
-                           self.timing, self.rtt)
-
-    def submit(self, flat: torch.Tensor, make_op: MakeOp) -> torch.futures.Future[torch.Tensor]:
-        """Queue an all-reduce of ``flat`` (in place); ``make_op(data)`` builds its op."""
-        fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    def submit(self, request: Request) -> torch.futures.Future[Finished]:
+        """Queue an all-reduce (in place on ``request.flat``); the Future says how it ended."""
+        fut: torch.futures.Future[Finished] = torch.futures.Future()
         if self.broken is not None:
             fut.set_exception(self.broken)
         else:
-            self._ops.put((flat, fut, make_op))
+            self._ops.put((request, fut))
         return fut
 
     def close(self) -> None:
@@ -103,12 +116,12 @@ class Transport:
             item = self._ops.get()
             if item is None:
                 return
-            flat, fut, make_op = item
+            request, fut = item
             if self.broken is not None:
                 fut.set_exception(self.broken)
                 continue
             try:
-                self._run_op(flat, make_op, view, buf)
+                finished = self._run_op(request, view, buf)
             except ExchangeError as exc:
                 self.broken = exc  # the job's slot rounds may now differ between workers
                 fut.set_exception(exc)
@@ -118,7 +131,7 @@ class Transport:
                 fut.set_exception(self.broken)
                 continue
             self.stats.ops += 1
-            fut.set_result(flat)
+            fut.set_result(finished)
 
     def _control_failure(self, grace_s: float = 0.5) -> str | None:
         """The control channel's reason for a failed op, if it has one: a switch that drops
@@ -129,11 +142,19 @@ class Transport:
             time.sleep(0.01)
         return failure
 
-    def _run_op(self, flat: torch.Tensor, make_op: MakeOp, view: memoryview,
-                buf: bytearray) -> None:
+    def _new_op(self, request: Request, data: np.ndarray) -> AllreduceOp:
+        if request.sparse:
+            return SparseAllreduceOp(data, data, self.rank, self.workers, self.k, self.shards,
+                                     self.seqs, self.timing, self.rtt, block=request.block,
+                                     threshold=request.threshold, presence=request.presence)
+        return AllreduceOp(data, data, self.rank, self.workers, self.k, self.shards, self.seqs,
+                           self.timing, self.rtt)
+
+    def _run_op(self, request: Request, view: memoryview, buf: bytearray) -> Finished:
+        flat = request.flat
         data = flat.detach().numpy() if flat.is_contiguous() else flat.contiguous().numpy()
         t0 = time.perf_counter()
-        op = make_op(data)
+        op = self._new_op(request, data)
         sends = op.start(time.monotonic())
         t1 = time.perf_counter()
         op.allow_skew(t1 - t0)
@@ -170,8 +191,6 @@ class Transport:
                 continue
             self._send(op.on_packet(hdr, payload, src, time.monotonic()))
         extra["op_us"] = extra.get("op_us", 0) + int((time.perf_counter() - t0) * 1e6)
-        if op.on_finish is not None and op.error is None:
-            op.on_finish(op)
         self.stats.retransmissions += op.retransmissions
         self.stats.extra["probes"] = self.stats.extra.get("probes", 0) + op.probes
         if op.error is not None:
@@ -181,3 +200,6 @@ class Transport:
             raise op.error
         if not flat.is_contiguous():
             flat.copy_(torch.from_numpy(data))
+        if isinstance(op, SparseAllreduceOp):
+            return Finished(flat, data, True, len(op.mask), op.union_blocks)
+        return Finished(flat, data, False)

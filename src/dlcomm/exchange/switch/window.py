@@ -169,8 +169,6 @@ class AllreduceOp:
         bad = np.flatnonzero(self.exps == EXP_NONFINITE)
         self.local_nonfinite = int(bad[0]) * self.k if len(bad) else None
 
-    on_finish: "Callable[[AllreduceOp], None] | None" = None  # called once the op is done
-
     def _prepare(self) -> np.ndarray | None:
         """Hook for modes that change the data before exponents are taken (sparse); it may
         return the chunk exponents it computed on the way."""

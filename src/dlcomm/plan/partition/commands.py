@@ -70,7 +70,7 @@ def partition(**v: Any) -> None:
     table = get_model(v["workload"])
     cluster = make_cluster(v["devices"], v["cluster_file"], v["between_gbps"], v["efficiency"])
     if v["execute"]:
-        from dlcomm.plan.partition.execute.network import build_program, executable_table
+        from dlcomm.plan.partition.execute.model import build_program, executable_table
         if v["hierarchy"] == "binary":
             raise ConfigError("--execute runs one level with one worker per device: use "
                               "--hierarchy flat (the default with --execute)")

@@ -41,6 +41,7 @@ import numpy as np
 
 from dlcomm.plan.partition.graph import PartitionGraph
 from dlcomm.plan.partition.layouts import TYPES, join_transition, transition
+from dlcomm.volume import ring_allreduce_factor
 
 __all__ = ["SubProblem", "Sides", "LevelCosts", "layer_sizes", "balance_shares",
            "level_costs", "allreduce_elems"]
@@ -103,7 +104,7 @@ def layer_sizes(graph: PartitionGraph, sub: SubProblem) -> dict[str, np.ndarray]
 
 def allreduce_elems(n: np.ndarray | float, p: int) -> np.ndarray:
     """Elements one side sends (= receives) in a reduce-scatter + all-gather of ``n``."""
-    return np.asarray(n, dtype=float) * 2.0 * (p - 1) / p
+    return np.asarray(n, dtype=float) * ring_allreduce_factor(p)
 
 
 def balance_shares(split: np.ndarray, fixed: np.ndarray, flops: np.ndarray) -> np.ndarray:

@@ -9,7 +9,8 @@ import numpy as np
 
 from dlcomm.plan.partition.hierarchy import HEADLINE, Plan
 from dlcomm.plan.partition.layouts import PartType
-from dlcomm.results import new_result, save_figure
+from dlcomm.results import new_result
+from dlcomm.plots import save_figure
 
 __all__ = ["scheme_entry", "partition_result", "execution_entry", "print_partition",
            "plot_partition"]
@@ -140,9 +141,8 @@ def print_partition(result: dict[str, Any], json_path: str | None = None) -> Non
 
 def plot_partition(result: dict[str, Any], path: str | Path) -> Path:
     """AccPar's type map per level and node, per-layer times and totals of the schemes."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from dlcomm.plots import pyplot
+    plt = pyplot()
     from matplotlib.colors import ListedColormap
 
     schemes = result["schemes"]

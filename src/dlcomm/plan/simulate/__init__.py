@@ -1,6 +1,6 @@
 """The simulator: one training iteration on thousands of accelerators (docs/simulation.md).
 
-    from dlcomm.simulate import SimConfig, simulate
+    from dlcomm.plan.simulate import SimConfig, simulate
     out = simulate(SimConfig("gpt3-175b", "fattree", 1024, "dp=16,pp=8,tp=8"))
     out["summary"]["iteration_s"]
 
@@ -10,7 +10,7 @@ planner topology, max-min sharing) -> ``collective`` (calls, exchanges, calibrat
 (a catalog workload as stage plans). Around them: ``sweep`` (many runs), ``calibrate`` and
 ``validate`` (against the emulator), ``packet`` (the switch dataplane in virtual time),
 ``reproduce`` (published comparisons), ``report`` and ``commands`` (CLI).
-Attributes load lazily so that ``import dlcomm.simulate`` stays light.
+Attributes load lazily so that ``import dlcomm.plan.simulate`` stays light.
 """
 
 from typing import Any
@@ -26,5 +26,5 @@ _WHERE = {"SimConfig": "iteration", "simulate": "iteration", "run_simulations": 
 def __getattr__(name: str) -> Any:
     if name in _WHERE:
         import importlib
-        return getattr(importlib.import_module(f"dlcomm.simulate.{_WHERE[name]}"), name)
-    raise AttributeError(f"module 'dlcomm.simulate' has no attribute {name!r}")
+        return getattr(importlib.import_module(f"dlcomm.plan.simulate.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'dlcomm.plan.simulate' has no attribute {name!r}")

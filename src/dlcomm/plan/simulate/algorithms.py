@@ -43,6 +43,7 @@ import numpy as np
 
 from dlcomm.errors import ConfigError
 from dlcomm.plan.collectives import log2_steps
+from dlcomm.volume import ring_allreduce_factor
 
 __all__ = ["SWITCH", "Phase", "ALLREDUCE", "allreduce_phases", "ina_phases",
            "allgather_phases", "alltoall_phases", "grid_shape", "hierarchy_sizes"]
@@ -126,7 +127,7 @@ def _torus_phases(g: int, layout: np.ndarray | None = None) -> list[Phase]:
     dst = np.concatenate([np.roll(layout, s, ax).ravel() for ax in axes for s in (-1, 1)])
     shape = "x".join(str(layout.shape[ax]) for ax in axes)
     rings = 2 * len(axes)
-    return [_phase(f"torus:{shape}", np.tile(flat, rings), dst, 2 * (g - 1) / g / rings,
+    return [_phase(f"torus:{shape}", np.tile(flat, rings), dst, ring_allreduce_factor(g) / rings,
                    2 * sum(layout.shape[ax] - 1 for ax in axes))]
 
 

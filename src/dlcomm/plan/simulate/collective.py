@@ -4,7 +4,7 @@ A :class:`Call` is what one collective of one iteration costs, in pieces the eve
 schedule can share fairly with other traffic: a fixed time first (an exchange's measured
 per-call overhead, compression and decompression), then its phases one after another,
 each a latency (steps x (alpha + hops x per-hop latency)) followed by a transfer of
-``nbytes`` per weight-1 flow on its pattern (``dlcomm.simulate.network``).
+``nbytes`` per weight-1 flow on its pattern (``dlcomm.plan.simulate.fluid``).
 
 :class:`Collectives` builds calls for a grid of ranks DP x PP x TP (+EP):
 
@@ -24,7 +24,7 @@ each a latency (steps x (alpha + hops x per-hop latency)) followed by a transfer
    else dense; compression (:class:`CompressionModel`) shrinks what the inner exchange
    moves (summable methods) or turns it into a ring all-gather of every worker's payload
    (the others), and adds compression time;
-4. a calibration (from ``dlcomm bench allreduce``, ``dlcomm.simulate.calibrate``) turns
+4. a calibration (from ``dlcomm bench allreduce``, ``dlcomm.bench.calibrate``) turns
    the ideal network time t of an exchange into ``overhead + efficiency x t``.
 """
 
@@ -40,7 +40,7 @@ from dlcomm.exchange.switch import auto_sparse_below  # the auto exchange's own 
 from dlcomm.plan.commtime import group_ranks
 from dlcomm.plan.traffic import Parallelism
 from dlcomm.registry import parse_spec
-from dlcomm.simulate.algorithms import (
+from dlcomm.plan.simulate.algorithms import (
     allgather_phases,
     allreduce_phases,
     alltoall_phases,
@@ -48,7 +48,7 @@ from dlcomm.simulate.algorithms import (
     hierarchy_sizes,
     ina_phases,
 )
-from dlcomm.simulate.network import SimNetwork
+from dlcomm.plan.simulate.fluid import SimNetwork
 
 __all__ = ["Step", "Call", "CompressionModel", "ExchangeModel", "Collectives",
            "EXCHANGE_KINDS", "host_candidates", "parse_exchange", "auto_sparse_below",

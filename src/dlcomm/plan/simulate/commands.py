@@ -103,12 +103,12 @@ def simulate(ctx: click.Context, workload: str | None, accelerators: int, topolo
     if ctx.invoked_subcommand is not None:
         return
     from dlcomm.errors import ConfigError
-    from dlcomm.options import split_specs
+    from dlcomm.registry import split_specs
     from dlcomm.registry import parse_rate
     from dlcomm.results import check_writable, write_json
-    from dlcomm.simulate.iteration import SimConfig
-    from dlcomm.simulate.report import plot_simulation, print_simulation
-    from dlcomm.simulate.sweep import parse_sweep, run_simulations
+    from dlcomm.plan.simulate.iteration import SimConfig
+    from dlcomm.plan.simulate.report import plot_simulation, print_simulation
+    from dlcomm.plan.simulate.sweep import parse_sweep, run_simulations
 
     if not workload:
         raise ConfigError("--workload is required (or a subcommand: validate, calibrate, "
@@ -160,8 +160,8 @@ def validate_cmd(workloads: str, workers: str, dilations: str, bandwidth: str, i
     from dlcomm.errors import ConfigError
     from dlcomm.registry import parse_rate
     from dlcomm.results import check_writable, write_json
-    from dlcomm.simulate.report import print_validation
-    from dlcomm.simulate.validate import ValidateConfig, validate
+    from dlcomm.plan.simulate.report import print_validation
+    from dlcomm.bench.validate import ValidateConfig, validate
 
     try:
         counts = tuple(int(x) for x in workers.split(","))
@@ -194,10 +194,10 @@ def calibrate_cmd(workers: int, bandwidth: str, exchange: str, sizes: str, reps:
                   mode: str, json_path: str | None) -> None:
     """Fit each exchange's overhead and efficiency on an emulated star (needs root)."""
     from dlcomm.emulate.cluster import require_root
-    from dlcomm.options import split_specs
+    from dlcomm.registry import split_specs
     from dlcomm.registry import parse_rate, parse_size
     from dlcomm.results import check_writable, new_result, write_json
-    from dlcomm.simulate.calibrate import CalibrationConfig, calibrate
+    from dlcomm.bench.calibrate import CalibrationConfig, calibrate
 
     cfg = CalibrationConfig(workers, parse_rate(bandwidth), tuple(split_specs(exchange)),
                             tuple(parse_size(s) for s in sizes.split(",")), reps, mode=mode)
@@ -233,8 +233,8 @@ def packet_cmd(workers: int, size: str, bandwidth: str, latency_us: float, k: in
     """Drive the switch's dataplane over the fake network; compare with the flow model."""
     from dlcomm.registry import parse_rate, parse_size
     from dlcomm.results import check_writable, new_result, write_json
-    from dlcomm.simulate.packet import packet_check
-    from dlcomm.simulate.report import print_packet
+    from dlcomm.plan.simulate.packet import packet_check
+    from dlcomm.plan.simulate.report import print_packet
 
     check_writable(json_path, "--json")
     check = packet_check(workers, parse_size(size), parse_rate(bandwidth), latency_us * 1e-6,
@@ -257,8 +257,8 @@ def packet_cmd(workers: int, size: str, bandwidth: str, latency_us: float, k: in
 def reproduce_cmd(which: str, json_path: str | None, quiet: bool) -> None:
     """Reproduce a published comparison (docs/simulation.md)."""
     from dlcomm.results import check_writable, write_json
-    from dlcomm.simulate.report import print_reproduction
-    from dlcomm.simulate.reproduce import REPRODUCTIONS
+    from dlcomm.plan.simulate.report import print_reproduction
+    from dlcomm.plan.simulate.reproduce import REPRODUCTIONS
 
     check_writable(json_path, "--json")
     result = REPRODUCTIONS[which](_say(quiet))

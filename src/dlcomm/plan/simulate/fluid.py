@@ -38,7 +38,7 @@ from dlcomm.plan.topology.base import Topology
 from dlcomm.plan.topology.fattree import FatTree
 from dlcomm.plan.topology.hxmesh import HxMesh
 from dlcomm.plan.topology.torus import Torus
-from dlcomm.simulate.algorithms import SWITCH, Phase
+from dlcomm.plan.simulate.algorithms import SWITCH, Phase
 
 __all__ = ["Pattern", "SimNetwork", "Sharing", "FLOW_RATE_LIMIT", "progressive_filling"]
 

@@ -19,9 +19,9 @@ Steps (each piece is shared with the rest of dlcomm):
 5. Gradients: per stage, DDP buckets in backward order (``gradient_buckets``: 25 MiB,
    ``bytes`` per parameter of the parallelism, per-rank parameters: TP-split layers / tp),
    expert layers in their own buckets over dp/ep, sharded embeddings in none; each
-   bucket's all-reduce through the exchange (``dlcomm.simulate.collective``).
+   bucket's all-reduce through the exchange (``dlcomm.plan.simulate.collective``).
 6. Pipeline transfers: the stage's last activation / tp per micro-batch, both ways.
-7. The event-driven schedule on the fluid network (``dlcomm.simulate.schedule``); the
+7. The event-driven schedule on the fluid network (``dlcomm.plan.simulate.schedule``); the
    result at real scale (/ K).
 """
 
@@ -45,15 +45,15 @@ from dlcomm.plan.traffic import (
     stages,
 )
 from dlcomm.registry import parse_spec
-from dlcomm.simulate.collective import (
+from dlcomm.plan.simulate.collective import (
     Call,
     Collectives,
     ExchangeModel,
     measure_compression,
     parse_exchange,
 )
-from dlcomm.simulate.network import Sharing, SimNetwork
-from dlcomm.simulate.schedule import (
+from dlcomm.plan.simulate.fluid import Sharing, SimNetwork
+from dlcomm.plan.simulate.schedule import (
     SCHEDULES,
     Segment,
     StagePlan,

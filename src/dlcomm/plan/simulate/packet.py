@@ -15,7 +15,7 @@ a flow cannot see, and :func:`ina_packet_time` adds it in closed form:
 
 T = max(P w / B, ceil(P / W) RTT) + RTT_header. :func:`packet_check` runs the real worker
 window (``exchange/switch/window.py``) and dataplane (``switch/dataplane.py``) over the
-in-memory network of ``dlcomm.switch.fakenet`` and compares its virtual time with both the
+in-memory network of ``dlcomm.testing.fakenet`` and compares its virtual time with both the
 flow model and this packet model, and its sum with numpy's.
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from dlcomm.errors import ConfigError
-from dlcomm.simulate.calibrate import modelled_allreduce_s
+from dlcomm.bench.calibrate import modelled_allreduce_s
 from dlcomm.wire.packet import HEADER_SIZE, max_elements
 
 __all__ = ["ina_packet_time", "packet_check"]
@@ -50,7 +50,7 @@ def ina_packet_time(nbytes: float, rate_bps: float, latency_s: float, k: int,
 def packet_check(workers: int, nbytes: int, rate_bps: float, latency_s: float = 5e-6,
                  k: int = 1024, window: int = 8, seed: int = 0) -> dict[str, Any]:
     """Aggregate random float32 tensors through the fake network; compare (docstring)."""
-    from dlcomm.switch.fakenet import NetConfig, aggregate
+    from dlcomm.testing.fakenet import NetConfig, aggregate
 
     if workers < 2 or nbytes < 4 or nbytes % 4:
         raise ConfigError("the packet check needs >= 2 workers and a size in whole float32s")

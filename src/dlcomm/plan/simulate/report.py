@@ -78,12 +78,9 @@ def print_simulation(result: dict[str, Any], json_path: str | None) -> None:
 def plot_simulation(result: dict[str, Any], path: str) -> None:
     """Sweeps: iteration time and communication share against N, one line per topology and
     exchange. Otherwise: each run's iteration split into compute, bubble, exposed comm."""
-    import matplotlib
+    from dlcomm.plots import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from dlcomm.results import save_figure
+    plt = pyplot()
 
     runs = [r for r in result["runs"] if r["available"]]
     if result["config"].get("sweep_accelerators"):

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from dlcomm.plan.prices import Prices, network_cost
 from dlcomm.results import new_result
-from dlcomm.simulate.iteration import SimConfig, build_topology_for, simulate
+from dlcomm.plan.simulate.iteration import SimConfig, build_topology_for, simulate
 
 __all__ = ["REPRODUCTIONS", "reproduce_switchml", "reproduce_hammingmesh",
            "SWITCHML_MODELS", "HXMESH_TOPOLOGIES"]

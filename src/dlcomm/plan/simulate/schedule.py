@@ -20,7 +20,7 @@ thousands of ranks. Steps:
    per stage (and per gradient group), each all-reduce starting when the previous one
    ends and its bucket is ready, concurrently with the remaining compute.
 5. The network is fluid: every collective in flight moves its bytes at the max-min fair
-   rate of its pattern among all active ones (``dlcomm.simulate.network.Sharing``);
+   rate of its pattern among all active ones (``dlcomm.plan.simulate.fluid.Sharing``);
    rates are recomputed whenever a transfer starts or ends. A call's fixed time and
    latencies are timers that do not use the network.
 6. A stage is done when its last operation and its gradient queues are done; the
@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
 from dlcomm.errors import ConfigError
-from dlcomm.simulate.collective import Call
-from dlcomm.simulate.network import Sharing
+from dlcomm.plan.simulate.collective import Call
+from dlcomm.plan.simulate.fluid import Sharing
 
 __all__ = ["Segment", "StagePlan", "StageTimes", "Timeline", "SCHEDULES", "stage_order",
            "simulate_schedule", "compute_only"]

@@ -2,7 +2,7 @@
 comparisons of exchanges per topology (``dlcomm simulate --sweep ... --exchange a,b``).
 
 For every accelerator count N of the sweep (or the one asked), every topology and every
-exchange: one :func:`dlcomm.simulate.iteration.simulate` with the topology sized to N and
+exchange: one :func:`dlcomm.plan.simulate.iteration.simulate` with the topology sized to N and
 data parallelism filling it (dp = N / (pp x tp) unless dp is given without a sweep).
 Exchanges that aggregate in the network run on fat trees with ``ina=1`` added (the same
 network with aggregating switches); on topologies without switches that can aggregate
@@ -20,8 +20,8 @@ from dlcomm.errors import ConfigError
 from dlcomm.plan.traffic import parse_parallelism
 from dlcomm.registry import Spec, parse_spec
 from dlcomm.results import new_result
-from dlcomm.simulate.collective import parse_exchange
-from dlcomm.simulate.iteration import SimConfig, build_topology_for, simulate
+from dlcomm.plan.simulate.collective import parse_exchange
+from dlcomm.plan.simulate.iteration import SimConfig, build_topology_for, simulate
 
 __all__ = ["parse_sweep", "run_simulations", "SUMMARY_KEYS"]
 

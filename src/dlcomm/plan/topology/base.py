@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
 from dlcomm.errors import ConfigError
-from dlcomm.registry import parse_rate
+from dlcomm.registry import parse_rate, reject_unknown, take_option
 
 __all__ = ["CABLE_KINDS", "LinkParams", "SwitchGroup", "Counts", "Topology", "AllreduceChoice",
            "take_options", "add_link", "merge_groups", "param_suffix"]
@@ -152,13 +152,6 @@ class Topology(abc.ABC):
         return gbps * 1e9 / 8
 
 
-def _num(value: str, key: str, cast: Callable[[str], Any]) -> Any:
-    try:
-        return cast(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"bad value {value!r} for topology option {key!r}") from None
-
-
 def _rate(value: str) -> float:
     try:
         return float(value)                       # a plain number is Gb/s
@@ -169,17 +162,12 @@ def _rate(value: str) -> float:
 def take_options(kind: str, options: dict[str, str], allowed: dict[str, Callable[[str], Any]],
                  params: LinkParams) -> tuple[dict[str, Any], LinkParams]:
     """Convert a spec's options; ``rate``, ``ports`` and ``radix`` override ``params``."""
-    common = {"rate": _rate, "ports": int, "radix": int}
-    out: dict[str, Any] = {}
-    over: dict[str, Any] = {}
-    for key, value in options.items():
-        if key in common:
-            over[key] = _num(value, key, common[key])
-        elif key in allowed:
-            out[key] = _num(value, key, allowed[key])
-        else:
-            known = ", ".join(sorted([*allowed, *common]))
-            raise ConfigError(f"topology {kind!r} has no option {key!r} (options: {known})")
+    common: dict[str, Callable[[str], Any]] = {"rate": _rate, "ports": int, "radix": int}
+    owner = f"topology {kind!r}"
+    rest = dict(options)
+    over = {k: take_option(rest, k, cast, None, owner) for k, cast in common.items() if k in rest}
+    out = {k: take_option(rest, k, cast, None, owner) for k, cast in allowed.items() if k in rest}
+    reject_unknown(rest, owner, sorted([*allowed, *common]))
     params = LinkParams(over.get("rate", params.rate_gbps), over.get("ports", params.ports),
                         over.get("radix", params.radix))
     return out, params

@@ -35,6 +35,7 @@ from dlcomm.plan import collectives as coll
 from dlcomm.plan.topology.base import (AllreduceChoice, Counts, SwitchGroup, Topology,
                                        add_link, merge_groups, param_suffix, take_options)
 from dlcomm.plan.topology.clos import Clos
+from dlcomm.volume import ring_allreduce_factor
 
 __all__ = ["HxMesh"]
 
@@ -194,7 +195,7 @@ class HxMesh(Topology):
         if self.a == self.b == 1:
             steps = coll.log2_steps(self.x) + coll.log2_steps(self.y)
             out.append(AllreduceChoice("row-column rabenseifner", 2 * steps * alpha
-                                       + 2 * (n - 1) / n * nbytes / (p * link)))
+                                       + ring_allreduce_factor(n) * nbytes / (p * link)))
         return out
 
 

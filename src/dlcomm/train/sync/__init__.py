@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from dlcomm.train.config import TrainConfig
-    from dlcomm.train.runtime import WorkerEnv
+    from dlcomm.runtime.env import WorkerEnv
     from dlcomm.train.trainer import WorkerReport
     from dlcomm.workloads import Workload
 

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from dlcomm.train.runtime import WorkerEnv
+from dlcomm.runtime.env import WorkerEnv
 from dlcomm.train.sync.local import Learner, Recorder, wait_until_all_finished
 from dlcomm.train.trainer import WorkerReport, evaluate
 from dlcomm.workloads import finish_metrics

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from dlcomm.errors import ConfigError, ExchangeTimeout
 from dlcomm.train.config import TrainConfig, parse_fault
 from dlcomm.train.hetero import parse_straggler, slowdown, step_delay
-from dlcomm.train.runtime import WorkerEnv
+from dlcomm.runtime.env import WorkerEnv
 from dlcomm.train.sync.report import SyncReport
 from dlcomm.train.trainer import StepRecord, _inject, _make_optimizer, _Progress
 from dlcomm.workloads import Workload

@@ -26,9 +26,9 @@ import torch.distributed as dist
 from dlcomm.errors import ConfigError, ExchangeError
 from dlcomm.exchange import ExchangeContext, make_exchange
 from dlcomm.exchange.base import Exchange
-from dlcomm.exchange.ring import ring_bytes_per_worker
+from dlcomm.volume import ring_allreduce_bytes
 from dlcomm.registry import parse_spec
-from dlcomm.train.runtime import WorkerEnv
+from dlcomm.runtime.env import WorkerEnv
 from dlcomm.train.sync.local import job_store
 
 __all__ = ["PartialAllReduce", "GlooGroups", "SwitchGroups"]
@@ -80,7 +80,7 @@ class GlooGroups(PartialAllReduce):
         except Exception as exc:  # a member died or never came
             raise ExchangeError(f"prague: rank {self.rank}: P-Reduce with ranks "
                                 f"{list(members)} failed: {str(exc).splitlines()[0]}") from exc
-        moved = ring_bytes_per_worker(flat.numel() * flat.element_size(), len(members))
+        moved = ring_allreduce_bytes(flat.numel() * flat.element_size(), len(members))
         self.bytes_sent += moved
         self.bytes_received += moved
         self.calls += 1

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from dlcomm.errors import ConfigError
 from dlcomm.registry import Registry, Spec, parse_spec
 from dlcomm.train.config import TrainConfig
-from dlcomm.train.runtime import WorkerEnv
+from dlcomm.runtime.env import WorkerEnv
 from dlcomm.train.sync.adpsgd import split_roles
 from dlcomm.train.sync.graphs import GRAPHS, Graph, make_graph
 from dlcomm.train.sync.hop import HopOptions

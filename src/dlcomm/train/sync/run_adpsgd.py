@@ -22,7 +22,7 @@ import random
 import torch
 
 from dlcomm.train.config import TrainConfig
-from dlcomm.train.runtime import WorkerEnv
+from dlcomm.runtime.env import WorkerEnv
 from dlcomm.train.sync.adpsgd import PassiveBook, Roles
 from dlcomm.train.sync.local import Learner, Recorder
 from dlcomm.train.sync.p2p import Mailbox

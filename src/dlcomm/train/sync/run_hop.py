@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from dlcomm.train.config import TrainConfig
-from dlcomm.train.runtime import WorkerEnv
+from dlcomm.runtime.env import WorkerEnv
 from dlcomm.train.sync.graphs import Graph
 from dlcomm.train.sync.hop import HopOptions, HopWorker
 from dlcomm.train.sync.local import Learner, Recorder

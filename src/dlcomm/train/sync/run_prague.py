@@ -13,7 +13,7 @@ import os
 import torch.distributed as dist
 
 from dlcomm.train.config import TrainConfig
-from dlcomm.train.runtime import WorkerEnv
+from dlcomm.runtime.env import WorkerEnv
 from dlcomm.train.sync.local import Learner, Recorder, wait_until_all_finished
 from dlcomm.train.sync.preduce import GlooGroups, PartialAllReduce, SwitchGroups
 from dlcomm.train.sync.prague import PragueSpec, StaticSchedule, make_generator

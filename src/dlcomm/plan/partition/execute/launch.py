@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dlcomm.errors import WorkerFailed
-from dlcomm.train.launcher import describe_exit, free_port
+from dlcomm.runtime.launcher import describe_exit, free_port
 
 __all__ = ["run_job"]
 

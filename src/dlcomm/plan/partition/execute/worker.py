@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from dlcomm.plan.partition.execute.comm import Comm
-from dlcomm.plan.partition.execute.network import (PartitionedNet, build_program,
+from dlcomm.plan.partition.execute.model import (PartitionedNet, build_program,
                                                    executable_table, init_weights, make_batch)
 from dlcomm.plan.partition.graph import build_graph
 from dlcomm.workloads.catalog.base import Layer, ModelTable

@@ -1,0 +1,98 @@
+"""The switch exchanges' specs, parsed and checked before any socket is opened.
+
+    switch:addr=HOST:PORT[+HOST:PORT...],k=15872,window=8,timeout_ms=200,deadline_s=30,
+           drop=0,seed=0,multicast=auto|off
+    sparse-switch:block=256,threshold=0,...   only the blocks that carry data (OmniReduce)
+    auto:block=256,threshold=0,...            dense or sparse per tensor, from its density
+
+``sparse-switch`` and ``auto`` use k = the largest multiple of the block size <= 16,000
+(15,872 for 256), which is also the dense default, so that with threshold 0 all three give
+bit-identical sums. Several addresses shard the job: chunks alternate over the switches.
+Without ``addr``, ``$DLCOMM_SWITCH`` names the switch (dlcomm's launchers fill in ``addr``
+when they start one for the job).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from dlcomm.errors import ConfigError
+from dlcomm.exchange.switch.window import Timing
+from dlcomm.registry import reject_unknown, take_option
+from dlcomm.switch.client import Address, parse_addresses
+from dlcomm.wire.packet import max_elements
+
+__all__ = ["SwitchSpec", "parse_switch_spec", "SWITCH_ENV", "MAX_K", "DEFAULT_BLOCK",
+           "DEFAULT_K", "DEFAULT_WINDOW", "MODES"]
+
+SWITCH_ENV = "DLCOMM_SWITCH"  # set by dlcomm's launchers when they start the switch
+MAX_K = 16000  # 64,032-byte datagrams: near the UDP maximum, few per-packet costs
+DEFAULT_BLOCK = 256
+DEFAULT_K = MAX_K // DEFAULT_BLOCK * DEFAULT_BLOCK  # 15,872: dense chunks = sparse groups
+DEFAULT_WINDOW = 8  # per shard: enough to fill a link, small enough not to overflow queues
+MODES = {"dense": "switch", "sparse": "sparse-switch", "auto": "auto"}  # mode -> spec name
+
+
+@dataclass(frozen=True)
+class SwitchSpec:
+    """Everything a switch exchange needs to know, checked."""
+
+    mode: str                                  # dense | sparse | auto
+    addresses: tuple[Address, ...]
+    k: int = DEFAULT_K                         # elements per packet
+    window: int = DEFAULT_WINDOW               # slots per shard
+    timing: Timing = field(default_factory=Timing)
+    drop_rate: float = 0.0                     # injected loss, both directions
+    seed: int = 0
+    multicast: bool = True                     # results by IP multicast where possible
+    block: int = 0                             # sparse block size (0 in dense mode)
+    threshold: float = 0.0                     # sparse: blocks at or below are not sent
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"switch mode must be dense, sparse or auto, got {self.mode!r}")
+        if not self.addresses:
+            raise ConfigError("the switch exchange needs addr=HOST:PORT (or --switch)")
+        if not 1 <= self.k <= max_elements():
+            raise ConfigError(f"switch k must be in 1..{max_elements()}, got {self.k}")
+        if self.window < 1:
+            raise ConfigError(f"switch window must be >= 1, got {self.window}")
+        if not 0 <= self.drop_rate < 1:
+            raise ConfigError(f"switch drop rate must be in [0, 1), got {self.drop_rate}")
+        if self.mode != "dense" and (self.block < 1 or self.k % self.block):
+            raise ConfigError(f"sparse block size {self.block} must divide k = {self.k}")
+        if self.threshold < 0:
+            raise ConfigError(f"sparse threshold must be >= 0, got {self.threshold}")
+
+    @property
+    def name(self) -> str:
+        return MODES[self.mode]
+
+
+def parse_switch_spec(mode: str, options: dict[str, str]) -> SwitchSpec:
+    """The spec of exchange ``MODES[mode]`` from its ``key=value`` options."""
+    name = MODES[mode]
+    owner = f"exchange {name!r}"
+    opts = dict(options)
+    addr_text = opts.pop("addr", None) or os.environ.get(SWITCH_ENV)
+    if not addr_text:
+        raise ConfigError(f"exchange {name!r} needs addr=HOST:PORT (or let dlcomm start the "
+                          f"switch: dlcomm train/bench --exchange {name})")
+    timing = Timing(
+        initial_timeout_s=take_option(opts, "timeout_ms", float, 200.0, owner) / 1000,
+        deadline_s=take_option(opts, "deadline_s", float, 30.0, owner))
+    block = take_option(opts, "block", int, DEFAULT_BLOCK, owner) if mode != "dense" else 0
+    if mode != "dense" and not 32 <= block <= 1024:
+        raise ConfigError(f"{owner}: block must be in 32..1024, got {block}")
+    k = take_option(opts, "k", int, MAX_K // block * block if block else DEFAULT_K, owner)
+    window = take_option(opts, "window", int, DEFAULT_WINDOW, owner)
+    drop = take_option(opts, "drop", float, 0.0, owner)
+    seed = take_option(opts, "seed", int, 0, owner)
+    threshold = take_option(opts, "threshold", float, 0.0, owner) if mode != "dense" else 0.0
+    multicast = opts.pop("multicast", "auto")
+    if multicast not in ("auto", "off"):
+        raise ConfigError(f"{owner}: multicast must be auto or off, got {multicast!r}")
+    reject_unknown(opts, owner)
+    return SwitchSpec(mode, tuple(parse_addresses(addr_text)), k, window, timing, drop, seed,
+                      multicast == "auto", block, threshold)
