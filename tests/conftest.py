@@ -25,6 +25,36 @@ def run_dlcomm(*args: str, tmp: Path, timeout: float = 180, **kw) -> subprocess.
                           env=env, cwd=tmp, **kw)
 
 
+class Rendezvous:
+    """The env:// rendezvous of ranks a test starts by hand: the job's store hosted by the
+    test itself, as dlcomm's launcher does (no free-port race); alive as long as this is."""
+
+    def __init__(self) -> None:
+        from dlcomm.runtime.rendezvous import AGENT_STORE_VAR, hosted_store
+
+        self.store = hosted_store("127.0.0.1")
+        self.env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(self.store.port),
+                    AGENT_STORE_VAR: "True"}
+
+
+class UnusedPort:
+    """A TCP port on 127.0.0.1 that nothing listens on while this lives (bound, no listen):
+    connections to it are refused."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = int(self.sock.getsockname()[1])
+
+    def __enter__(self) -> "UnusedPort":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+
+
 def processes_mentioning(fragment: str) -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter(["cmdline"]):

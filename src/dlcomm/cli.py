@@ -79,15 +79,18 @@ def _train_config(config_file: str | None, json_path: str | None, **cli_values: 
 def train(switch: str | None, switch_shards: int, drop_rate: float, **values: Any) -> None:
     """Train a workload on N workers (DDP over gloo, env:// rendezvous)."""
     from dlcomm.exchange import EXCHANGES
-    from dlcomm.jobs import placement, run_workers
+    from dlcomm.emulate.placement import placement
+    from dlcomm.runtime.launcher import launch
     from dlcomm.results import check_writable
     from dlcomm.switch.service import switches_for_job
+    from dlcomm.train.sync import check_sync
     from dlcomm.workloads import WORKLOADS
 
     cfg = _train_config(**values)
     net = network_from(cfg)
     WORKLOADS.check(cfg.workload)
     EXCHANGES.check(cfg.exchange)
+    check_sync(cfg.sync, cfg.workers)
     check_writable(cfg.json, "--json")
     check_writable(cfg.plot, "--plot")
     with placement(net, cfg.workers) as place, \
@@ -96,7 +99,7 @@ def train(switch: str | None, switch_shards: int, drop_rate: float, **values: An
         job = cfg.replace(master_addr=place.master_addr, exchange=specs[0],
                           extra={**cfg.extra, "network_info": place.info,
                                  "exchange_requested": cfg.exchange})
-        run_workers(job.to_dict(), cfg.workers, place, master_port=cfg.master_port)
+        launch(job.to_dict(), cfg.workers, place, master_port=cfg.master_port)
 
 
 @cli.command()
@@ -123,7 +126,8 @@ def run_job(kind: str, config_file: str) -> None:
     import json
 
     targets = {"bench-allreduce": "dlcomm.bench.allreduce",
-               "emulate": "dlcomm.emulate.dilation"}
+               "emulate": "dlcomm.emulate.dilation",
+               "partition": "dlcomm.plan.partition.execute.worker"}
     if kind not in targets:
         raise DlcommError(f"unknown job kind {kind!r}")
     module = importlib.import_module(targets[kind])
@@ -132,15 +136,14 @@ def run_job(kind: str, config_file: str) -> None:
 
 def run_as_worker(body: Callable[[], Any]) -> None:
     """Run a rank's body; report a failure once (to the launcher's error file, or stderr)."""
-    from dlcomm.runtime.env import ERROR_FILE_VAR
-    from dlcomm.train.worker import record_failure
+    from dlcomm.runtime.failures import ERROR_FILE_VAR, report_failure
 
     try:
         body()
     except BaseException as exc:
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
-        cause = record_failure(exc)
+        cause = report_failure(exc)  # kept only if the worker has not reported one already
         if os.environ.get(ERROR_FILE_VAR):
             raise SystemExit(1) from exc  # the launcher reports the cause, once
         raise DlcommError(f"rank {os.environ.get('RANK', '?')}: {cause}") from exc

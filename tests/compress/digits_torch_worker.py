@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 import dlcomm.torch
 from dlcomm.runtime.env import WorkerEnv
-from dlcomm.train.trainer import evaluate
+from dlcomm.train.common import evaluate
 from dlcomm.workloads import make_workload
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from dlcomm.runtime.launcher import free_port
+from tests.conftest import Rendezvous
+
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
@@ -23,12 +24,12 @@ TOLERANCE = {"fp16": 2e-2, "bf16": 2e-1}  # 16-bit partial sums inside gloo's ri
 
 def run_ranks(world: int, inner: str, specs: list[str], numel: int, tmp: Path,
               timeout: float = 150) -> dict:
-    port = free_port()
+    rdzv = Rendezvous()
     out = tmp / "report.json"
     procs = []
     for rank in range(world):
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
+               **rdzv.env, "OMP_NUM_THREADS": "1",
                "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         procs.append(subprocess.Popen(
             [sys.executable, str(HERE / "exchange_worker.py"), inner, ";".join(specs),

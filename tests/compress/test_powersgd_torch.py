@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from dlcomm.runtime.launcher import free_port
+from tests.conftest import Rendezvous
+
 
 HERE = Path(__file__).parent
 
 
 def run_pair(*args: str, timeout: float = 150) -> None:
-    port = free_port()
+    rdzv = Rendezvous()
     procs = []
     for rank in range(2):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-               "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", **rdzv.env, "OMP_NUM_THREADS": "1"}
         procs.append(subprocess.Popen([sys.executable, str(HERE / "powersgd_worker.py"), *args],
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True))

@@ -8,17 +8,17 @@ from pathlib import Path
 import pytest
 
 from dlcomm.volume import ring_allreduce_bytes
-from dlcomm.runtime.launcher import free_port
+from tests.conftest import Rendezvous
 
 HERE = Path(__file__).parent
 
 
 def run_ranks(world: int, *args: str, timeout: float = 120) -> list[subprocess.CompletedProcess]:
-    port = free_port()
+    rdzv = Rendezvous()
     procs = []
     for rank in range(world):
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+               **rdzv.env, "OMP_NUM_THREADS": "1"}
         procs.append(subprocess.Popen([sys.executable, str(HERE / "ddp_hook_worker.py"), *args],
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True))

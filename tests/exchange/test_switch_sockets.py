@@ -14,18 +14,18 @@ import pytest
 
 from dlcomm.switch.client import request_once
 from dlcomm.switch.service import running_switches
-from dlcomm.runtime.launcher import free_port
+from tests.conftest import Rendezvous, UnusedPort
 
 HERE = Path(__file__).parent
 
 
 def run_ranks(spec: str, mode: str, world: int = 3, numel: int = 50_000, seed: int = 0,
               timeout: float = 90, kill_switch_after: tuple | None = None) -> list[dict]:
-    port = free_port()
+    rdzv = Rendezvous()
     procs = []
     for rank in range(world):
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+               **rdzv.env, "OMP_NUM_THREADS": "1"}
         procs.append(subprocess.Popen([sys.executable, str(HERE / "switch_worker.py"), spec,
                                        mode, str(numel), str(seed)], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
@@ -115,7 +115,8 @@ def test_killed_switch_fails_clients_fast():
 
 
 def test_no_switch_running():
-    outs = run_ranks(f"switch:addr=127.0.0.1:{free_port()}", "sum")
+    with UnusedPort() as unused:
+        outs = run_ranks(f"switch:addr=127.0.0.1:{unused.port}", "sum")
     assert all("cannot reach the switch" in o["error"] for o in outs), outs
 
 

@@ -149,8 +149,10 @@ def bench_sync(syncs: str | None, scenarios: str, workers: int, workload: str,
 @click.option("--target", required=True, help="METRIC=VALUE, e.g. loss=0.5, accuracy=0.95, "
               "perplexity=200: report the wall time until each run reached it.")
 @click.option("--json", "json_path", help="Write the JSON result here.")
+@click.option("--run-timeout-s", type=click.FloatRange(min=1), default=3600.0,
+              show_default=True, help="Stop a training run (and fail) after this long.")
 @click.argument("train_args", nargs=-1, type=click.UNPROCESSED)
-def bench_train(exchanges: str, target: str, json_path: str | None,
+def bench_train(exchanges: str, target: str, json_path: str | None, run_timeout_s: float,
                 train_args: tuple[str, ...]) -> None:
     """Train the same job through several exchanges (TRAIN_ARGS go to `dlcomm train`)."""
     from dlcomm.bench.train import run_train_bench
@@ -166,7 +168,8 @@ def bench_train(exchanges: str, target: str, json_path: str | None,
         raise ConfigError(f"bad --target {target!r} (METRIC=VALUE)")
     check_writable(json_path)
     result = run_train_bench(split_specs(exchanges), list(train_args), metric, goal,
-                             progress=lambda msg: click.echo(msg, err=True))
+                             progress=lambda msg: click.echo(msg, err=True),
+                             run_timeout_s=run_timeout_s)
     if json_path:
         write_json(json_path, result)
     for row in result["results"]:

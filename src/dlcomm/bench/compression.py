@@ -21,7 +21,6 @@ import itertools
 import json
 import math
 import statistics
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from dlcomm.errors import ConfigError
 from dlcomm.registry import parse_rate, parse_spec
 from dlcomm.results import new_result
 from dlcomm.plots import save_figure
+from dlcomm.runtime.jobdir import job_directory
 
 __all__ = ["Method", "parse_methods", "CompressionBench", "run_compression_bench",
            "throughput_rows", "print_compression_tables", "plot_compression", "PARTS"]
@@ -171,7 +171,7 @@ def throughput_rows(names: list[str], size_bytes: int, reps: int, world: int = 4
 
 def _train(workload: str, method: Method, seed: int, net: Any, place: Any, cfg: CompressionBench,
            path: Path, epochs: int | None) -> dict[str, Any]:
-    from dlcomm.jobs import run_workers
+    from dlcomm.runtime.launcher import launch
     from dlcomm.train.config import TrainConfig
 
     name = parse_spec(workload).name
@@ -181,7 +181,7 @@ def _train(workload: str, method: Method, seed: int, net: Any, place: Any, cfg: 
                       json=str(path), timeout_s=cfg.timeout_s, master_addr=place.master_addr,
                       network=net.network, bandwidth=net.bandwidth,
                       extra={"network_info": place.info})
-    run_workers(job.to_dict(), cfg.workers, place)
+    launch(job.to_dict(), cfg.workers, place)
     return json.loads(path.read_text())
 
 
@@ -216,11 +216,11 @@ def _train_row(workload: str, method: Method, doc: dict[str, Any], target: float
 
 def accuracy_rows(cfg: CompressionBench, progress: Progress) -> list[dict[str, Any]]:
     from dlcomm.emulate.placement import NetworkOptions
-    from dlcomm.jobs import placement
+    from dlcomm.emulate.placement import placement
 
     rows = []
     net = NetworkOptions()
-    with tempfile.TemporaryDirectory(prefix="dlcomm-bench-compress-") as tmp, \
+    with job_directory("bench-compress") as tmp, \
             placement(net, cfg.workers) as place:
         for workload in cfg.workloads:
             if parse_spec(workload).name != "digits-cnn":
@@ -228,7 +228,7 @@ def accuracy_rows(cfg: CompressionBench, progress: Progress) -> list[dict[str, A
             for seed in range(cfg.seeds):
                 for method in cfg.methods:
                     doc = _train(workload, method, seed, net, place, cfg,
-                                 Path(tmp) / f"a{len(rows)}.json", cfg.accuracy_epochs)
+                                 tmp / f"a{len(rows)}.json", cfg.accuracy_epochs)
                     row = _train_row(workload, method, doc, cfg.targets[parse_spec(
                         workload).name])
                     rows.append({**row, "seed": seed, "network": "loopback"})
@@ -239,10 +239,10 @@ def accuracy_rows(cfg: CompressionBench, progress: Progress) -> list[dict[str, A
 
 def train_rows(cfg: CompressionBench, progress: Progress) -> list[dict[str, Any]]:
     from dlcomm.emulate.placement import NetworkOptions
-    from dlcomm.jobs import placement
+    from dlcomm.emulate.placement import placement
 
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="dlcomm-bench-compress-") as tmp:
+    with job_directory("bench-compress") as tmp:
         for rate in cfg.bandwidths:
             net = NetworkOptions("emulated", rate)
             with placement(net, cfg.workers) as place:
@@ -252,7 +252,7 @@ def train_rows(cfg: CompressionBench, progress: Progress) -> list[dict[str, Any]
                     for repeat, method in itertools.product(range(cfg.repeats), cfg.methods):
                         t0 = time.perf_counter()
                         doc = _train(workload, method, 0, net, place, cfg,
-                                     Path(tmp) / f"t{len(rows)}.json", cfg.epochs)
+                                     tmp / f"t{len(rows)}.json", cfg.epochs)
                         row = {**_train_row(workload, method, doc, cfg.targets[name]),
                                "bandwidth": rate, "bandwidth_bps": parse_rate(rate),
                                "repeat": repeat}

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from dlcomm.bench.allreduce import AllreduceBench, bench_config_dict, summarize
-from dlcomm.emulate.placement import NetworkOptions, Placement
+from dlcomm.emulate.placement import ClusterPlacement, NetworkOptions, placement
 from dlcomm.emulate.plan import parse_topology
 from dlcomm.exchange.bounds import LinkFacts, bandwidth_bound_s
-from dlcomm.jobs import placement, run_workers
+from dlcomm.runtime.launcher import launch
+from dlcomm.runtime.placement import Placement
 from dlcomm.results import new_result
 from dlcomm.switch.service import switches_for_job
+from dlcomm.runtime.jobdir import job_directory
 
 __all__ = ["run_allreduce", "print_allreduce_table", "link_facts", "SwitchOptions"]
 
@@ -32,7 +33,7 @@ class SwitchOptions:
 
 def link_facts(place: Placement, workers: int) -> LinkFacts | None:
     """The emulated network's rates, for bandwidth bounds (None on loopback)."""
-    if place.cluster is None:
+    if not isinstance(place, ClusterPlacement):
         return None
     spec = place.cluster.plan.spec
     racks, per_rack, oversub = parse_topology(spec.topology, spec.hosts)
@@ -45,15 +46,15 @@ def run_allreduce(cfg: AllreduceBench, net: NetworkOptions, switch: SwitchOption
                   ) -> dict[str, Any]:
     """Run the all-reduce benchmark and return its ``bench-allreduce`` result."""
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="dlcomm-bench-") as tmp, \
+    with job_directory("bench") as tmp, \
             placement(net, cfg.workers) as place, \
             switches_for_job(cfg.exchanges, place.service_host, place.service_prefix(),
                              switch.addr, switch.shards, switch.drop_rate) as (specs, service):
-        part = Path(tmp) / "measured.json"
+        part = tmp / "measured.json"
         job = replace(cfg, exchanges=tuple(specs), result_path=str(part),
                       job_name=f"bench{os.getpid()}")
-        run_workers(bench_config_dict(job), cfg.workers, place,
-                    entry=("run-job", "bench-allreduce"))
+        launch(bench_config_dict(job), cfg.workers, place,
+               entry=("run-job", "bench-allreduce"))
         raw = json.loads(part.read_text())
         for entry, original in zip(raw["measured"], cfg.exchanges):
             entry["exchange"] = original

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,10 +22,12 @@ from typing import Any, Callable
 
 from dlcomm.emulate.placement import NetworkOptions
 from dlcomm.errors import ConfigError
-from dlcomm.jobs import placement, run_workers
+from dlcomm.emulate.placement import placement
+from dlcomm.runtime.launcher import launch
 from dlcomm.registry import parse_spec
 from dlcomm.results import new_result, write_atomic
 from dlcomm.train.config import TrainConfig
+from dlcomm.runtime.jobdir import job_directory
 
 __all__ = ["SyncBench", "run_sync_bench", "time_to_target", "training_timeline", "plot_sync",
            "print_sync_table", "DEFAULT_SYNCS", "DEFAULT_SCENARIOS"]
@@ -143,10 +144,10 @@ def run_sync_bench(cfg: SyncBench, net: NetworkOptions = NetworkOptions(),
 
     start = time.perf_counter()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="dlcomm-bench-sync-") as tmp:
+    with job_directory("bench-sync") as tmp:
         for scenario in cfg.scenarios:
             for sync in cfg.syncs:
-                path = Path(tmp) / f"run{len(rows)}.json"
+                path = tmp / f"run{len(rows)}.json"
                 job = cfg.job(sync, scenario, str(path))
                 t0 = time.perf_counter()
                 with placement(net, cfg.workers) as place, \
@@ -155,7 +156,7 @@ def run_sync_bench(cfg: SyncBench, net: NetworkOptions = NetworkOptions(),
                     run = job.replace(master_addr=place.master_addr, exchange=specs[0],
                                       extra={"network_info": place.info,
                                              "exchange_requested": job.exchange})
-                    run_workers(run.to_dict(), cfg.workers, place)
+                    launch(run.to_dict(), cfg.workers, place)
                 rows.append(_row(scenario, sync, json.loads(path.read_text()), cfg.target))
                 r = rows[-1]
                 progress(f"{scenario:>18}  {sync:<45} to {cfg.target:.0%}: "

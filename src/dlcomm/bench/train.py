@@ -9,15 +9,15 @@ each run's evaluations).
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from dlcomm.errors import ConfigError, DlcommError
 from dlcomm.results import new_result
+from dlcomm.runtime.jobdir import job_directory
+from dlcomm.runtime.processes import ChildTimeout, run_child
 
 __all__ = ["time_to_target", "run_train_bench"]
 
@@ -35,19 +35,23 @@ def time_to_target(evals: list[dict[str, Any]], metric: str, target: float) -> f
 
 
 def run_train_bench(exchanges: list[str], train_args: list[str], metric: str, target: float,
-                    progress: Any = print) -> dict[str, Any]:
-    """Run ``dlcomm train TRAIN_ARGS --exchange E`` for every E; one JSON result."""
+                    progress: Any = print, run_timeout_s: float = 3600.0) -> dict[str, Any]:
+    """Run ``dlcomm train TRAIN_ARGS --exchange E`` for every E (each stopped, and the
+    benchmark failed, after ``run_timeout_s``); one JSON result."""
     if metric not in ("loss", "accuracy", "perplexity"):
         raise ConfigError(f"target metric must be loss, accuracy or perplexity, got {metric!r}")
     start = time.perf_counter()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="dlcomm-bench-train-") as tmp:
+    with job_directory("bench-train") as tmp:
         for exchange in exchanges:
-            out = Path(tmp) / "run.json"
+            out = tmp / "run.json"
             progress(f"training with {exchange}")
             cmd = [sys.executable, "-m", "dlcomm", "train", *train_args, "--exchange", exchange,
                    "--json", str(out), "--quiet"]
-            res = subprocess.run(cmd, capture_output=True, text=True)
+            try:
+                res = run_child(cmd, run_timeout_s)
+            except ChildTimeout as exc:
+                raise DlcommError(f"training with {exchange} failed: {exc}") from exc
             if res.returncode != 0:
                 lines = res.stderr.strip().splitlines()
                 raise DlcommError(f"training with {exchange} failed: "

@@ -77,4 +77,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    from dlcomm.runtime.processes import die_with_parent
+
+    die_with_parent()
     raise SystemExit(main(sys.argv[1:]))

@@ -16,6 +16,7 @@ from typing import Any
 from dlcomm.emulate.cluster import Cluster, temporary_cluster
 from dlcomm.errors import DlcommError
 from dlcomm.results import new_result
+from dlcomm.runtime.processes import spawn, stop
 
 __all__ = ["check_cluster", "bulk_transfer", "parallel_bulk", "measure_capacity"]
 
@@ -28,15 +29,11 @@ def parallel_bulk(cluster: Cluster, pairs: list[tuple[int, int]], seconds: float
     module = [sys.executable, "-m", "dlcomm.emulate.bulk"]
     procs: list[subprocess.Popen[str]] = []
     try:
-        servers = [subprocess.Popen([*cluster.prefix(dst), *module, "serve",
-                                     cluster.address(dst), str(PORT)],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                   for _, dst in pairs]
+        servers = [spawn([*cluster.prefix(dst), *module, "serve", cluster.address(dst),
+                          str(PORT)], capture=True) for _, dst in pairs]
         procs += servers
-        senders = [subprocess.Popen([*cluster.prefix(src), *module, "send", cluster.address(dst),
-                                     str(PORT), str(seconds)],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                   for src, dst in pairs]
+        senders = [spawn([*cluster.prefix(src), *module, "send", cluster.address(dst),
+                          str(PORT), str(seconds)], capture=True) for src, dst in pairs]
         procs += senders
         results = []
         for sender, server in zip(senders, servers):
@@ -48,10 +45,7 @@ def parallel_bulk(cluster: Cluster, pairs: list[tuple[int, int]], seconds: float
             results.append({**json.loads(s_out), **json.loads(r_out)})
         return results
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        stop(procs, grace_s=1.0)
 
 
 def bulk_transfer(cluster: Cluster, src: int, dst: int, seconds: float) -> dict[str, float]:

@@ -24,6 +24,7 @@ import psutil
 from dlcomm.errors import ConfigError, DlcommError
 from dlcomm.emulate.plan import (PREFIX, ClusterPlan, ClusterSpec, plan_cluster,
                                  setup_commands, teardown_commands)
+from dlcomm.runtime.signals import interrupts_ignored, interrupts_raised
 
 __all__ = ["Cluster", "temporary_cluster", "require_root", "list_namespaces",
            "remove_namespaces", "stale_namespaces", "interface_counters", "STATE_DIR",
@@ -117,7 +118,8 @@ class Cluster:
             for argv in setup_commands(plan):
                 _run(argv)
         except BaseException:
-            remove_namespaces(list(plan.namespaces))
+            with interrupts_ignored():
+                remove_namespaces(list(plan.namespaces))
             raise
         return cls(plan)
 
@@ -149,25 +151,18 @@ class Cluster:
 @contextlib.contextmanager
 def temporary_cluster(hosts: int, bandwidth_bps: float, topology: str = "star",
                       mtu: int = 9000) -> Iterator[Cluster]:
-    """A cluster owned by this process, removed on exit, exception or SIGINT/SIGTERM/SIGHUP."""
+    """A cluster owned by this process, removed on exit, exception or SIGINT/SIGTERM/SIGHUP.
+
+    The signal handlers are in place before the first namespace is made, so a signal while
+    the cluster is being built also removes what was built (:meth:`Cluster.create`)."""
     spec = ClusterSpec(f"p{os.getpid()}", hosts, bandwidth_bps, topology, mtu)
-    cluster = Cluster.create(spec)
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-
-    def on_signal(signum: int, _frame: object) -> None:
-        from dlcomm.runtime.launcher import Interrupted
-        raise Interrupted(signum)
-
-    try:
-        for s in previous:
-            signal.signal(s, on_signal)
-        yield cluster
-    finally:
-        for s in previous:
-            signal.signal(s, signal.SIG_IGN)
-        cluster.destroy()
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+    with interrupts_raised():
+        cluster = Cluster.create(spec)
+        try:
+            yield cluster
+        finally:
+            with interrupts_ignored():
+                cluster.destroy()
 
 
 def _state_file(name: str) -> Path:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -15,9 +14,11 @@ from dlcomm.emulate.cluster import require_root
 from dlcomm.emulate.dilation import (EmulateConfig, breakdown, config_dict, nice_dilation,
                                      schedule_for)
 from dlcomm.emulate.placement import NetworkOptions
-from dlcomm.jobs import placement, run_workers
+from dlcomm.emulate.placement import placement
+from dlcomm.runtime.launcher import launch
 from dlcomm.results import new_result
 from dlcomm.switch.service import switches_for_job
+from dlcomm.runtime.jobdir import job_directory
 
 __all__ = ["choose_dilation", "run_emulation", "CAPACITY_SHARE"]
 
@@ -50,15 +51,15 @@ def run_emulation(cfg: EmulateConfig, topology: str = "star", auto_dilation: boo
     sched = schedule_for(cfg)
     net = NetworkOptions("emulated", f"{cfg.bandwidth_bps / cfg.dilation:.0f}bit", topology)
     rows = []
-    with tempfile.TemporaryDirectory(prefix="dlcomm-emulate-") as tmp, \
+    with job_directory("emulate") as tmp, \
             placement(net, cfg.workers) as place, \
             switches_for_job(exchanges, place.service_host,
                              place.service_prefix()) as (specs, service):
         for requested, spec in zip(exchanges, specs):
-            part = Path(tmp) / "measured.json"
+            part = tmp / "measured.json"
             job = replace(cfg, exchange=spec, result_path=str(part),
                           job_name=f"emu{os.getpid()}")
-            run_workers(config_dict(job), cfg.workers, place, entry=("run-job", "emulate"))
+            launch(config_dict(job), cfg.workers, place, entry=("run-job", "emulate"))
             gathered = json.loads(part.read_text())
             rows.append({"exchange": requested, **breakdown(cfg, sched, gathered),
                          "exchange_stats": [w["stats"] for w in gathered]})

@@ -1,23 +1,26 @@
 """Where a job's processes run: on this host's loopback, or on an emulated cluster.
 
 Every command that starts workers takes the same options (``--network loopback|emulated``,
-``--bandwidth``, ``--topology``, ``--cluster``) and gets a :class:`Placement`: the
-rendezvous address, a command prefix and environment per rank, and the place where a
-service such as the aggregation switch runs.
+``--bandwidth``, ``--topology``, ``--cluster``) and gets a
+:class:`~dlcomm.runtime.placement.Placement`: the rendezvous address, a command prefix,
+environment and network namespace per rank, and the place where a service such as the
+aggregation switch runs. A :class:`ClusterPlacement` puts rank i on host i of an emulated
+cluster, which lives as long as the :func:`placement` block.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
-from typing import Any, Iterator
+from dataclasses import dataclass
+from typing import Iterator
 
 from dlcomm.emulate.cluster import Cluster, saved_cluster, temporary_cluster
 from dlcomm.emulate.plan import SWITCH_HOST, ClusterSpec
 from dlcomm.errors import ConfigError
 from dlcomm.registry import parse_rate
+from dlcomm.runtime.placement import HOST_ADDR_ENV, WIRE_DEV_VAR, Placement
 
-__all__ = ["NetworkOptions", "Placement", "placement"]
+__all__ = ["NetworkOptions", "Placement", "ClusterPlacement", "placement"]
 
 
 @dataclass(frozen=True)
@@ -44,52 +47,50 @@ class NetworkOptions:
         return parse_rate(self.bandwidth) if self.bandwidth else None
 
 
-@dataclass
-class Placement:
-    """Where rank i runs and how it reaches the others."""
+class ClusterPlacement(Placement):
+    """Rank i on host i of an emulated cluster (``ip netns exec HOST``), services in its
+    core switch namespace."""
 
-    master_addr: str
-    cluster: Cluster | None = None
-    info: dict[str, Any] = field(default_factory=dict)
+    def __init__(self, cluster: Cluster) -> None:
+        super().__init__(cluster.address(0), {"network": "emulated", **cluster.describe()})
+        self.cluster = cluster
 
     def prefix(self, rank: int) -> list[str]:
-        return self.cluster.prefix(rank) if self.cluster else []
+        return self.cluster.prefix(rank)
 
     def env(self, rank: int) -> dict[str, str]:
-        if self.cluster is None:
-            return {}
         # gloo must use the emulated interface, not whatever the hostname resolves to;
         # c10d warns that a namespace has no resolvable hostname, which is expected here.
-        return {"GLOO_SOCKET_IFNAME": "eth0", "DLCOMM_WIRE_DEV": "eth0",
-                "DLCOMM_HOST_ADDR": self.cluster.address(rank), "TORCH_CPP_LOG_LEVEL": "ERROR"}
+        return {"GLOO_SOCKET_IFNAME": "eth0", WIRE_DEV_VAR: "eth0",
+                HOST_ADDR_ENV: self.cluster.address(rank), "TORCH_CPP_LOG_LEVEL": "ERROR"}
+
+    def netns(self, rank: int) -> str | None:
+        return self.cluster.plan.host_of(rank)
 
     def service_prefix(self) -> list[str]:
-        """Prefix for a service in the middle of the network (the aggregation switch)."""
-        return self.cluster.core_prefix() if self.cluster else []
+        return self.cluster.core_prefix()
 
     @property
     def service_host(self) -> str:
-        return SWITCH_HOST if self.cluster else "127.0.0.1"
+        return SWITCH_HOST
 
     def counters(self) -> list[dict[str, int]] | None:
-        return self.cluster.counters() if self.cluster else None
+        return self.cluster.counters()
 
 
 @contextlib.contextmanager
 def placement(opts: NetworkOptions, workers: int) -> Iterator[Placement]:
     """Place ``workers`` ranks as ``opts`` says; an emulated cluster lives as long as the block."""
     if opts.network == "loopback":
-        yield Placement("127.0.0.1", info={"network": "loopback", "latency_emulated": False})
+        yield Placement()
         return
     if opts.cluster:
         cluster = saved_cluster(opts.cluster)
         if cluster.plan.spec.hosts < workers:
             raise ConfigError(f"emulated cluster {opts.cluster!r} has "
                               f"{cluster.plan.spec.hosts} hosts, {workers} workers asked for")
-        yield Placement(cluster.address(0), cluster, {"network": "emulated",
-                                                       **cluster.describe()})
+        yield ClusterPlacement(cluster)
         return
     ClusterSpec("p0", workers, opts.rate_bps or 0.0, opts.topology, opts.mtu)  # validate first
     with temporary_cluster(workers, opts.rate_bps or 0.0, opts.topology, opts.mtu) as cluster:
-        yield Placement(cluster.address(0), cluster, {"network": "emulated",
-                                                      **cluster.describe()})
+        yield ClusterPlacement(cluster)

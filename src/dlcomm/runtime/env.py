@@ -17,11 +17,11 @@ import torch
 import torch.distributed as dist
 
 from dlcomm.errors import ConfigError
+from dlcomm.runtime.failures import report_failure
+from dlcomm.runtime.placement import WIRE_DEV_VAR
 
-__all__ = ["WorkerEnv", "process_group", "ERROR_FILE_VAR", "WIRE_DEV_VAR", "wire_bytes"]
+__all__ = ["WorkerEnv", "process_group", "WIRE_DEV_VAR", "wire_bytes", "set_threads"]
 
-ERROR_FILE_VAR = "DLCOMM_ERROR_FILE"  # where a failing worker writes its one-line cause
-WIRE_DEV_VAR = "DLCOMM_WIRE_DEV"      # the interface whose kernel counters are this host's wire
 
 
 def wire_bytes() -> dict[str, int] | None:
@@ -75,13 +75,20 @@ class WorkerEnv:
 
 @contextlib.contextmanager
 def process_group(env: WorkerEnv, timeout_s: float) -> Iterator[None]:
-    """A gloo process group over env:// for the duration of the block."""
+    """A gloo process group over env:// for the duration of the block.
+
+    A failure inside the block is reported (:func:`~dlcomm.runtime.failures.report_failure`)
+    before the group is torn down, so the report precedes the peers' broken connections.
+    """
     dist.init_process_group("gloo", init_method="env://", rank=env.rank,
                             world_size=env.world_size,
                             timeout=datetime.timedelta(seconds=timeout_s))
     try:
         yield
         dist.barrier()  # nobody tears down while a peer still works (e.g. rank 0 writing)
+    except BaseException as exc:
+        report_failure(exc)
+        raise
     finally:
         with contextlib.suppress(Exception):
             dist.destroy_process_group()

@@ -22,8 +22,9 @@ __all__ = ["ControlClient", "request_once", "parse_addresses", "Address"]
 Address = tuple[str, int]
 
 
-def parse_addresses(text: str) -> list[Address]:
-    """``a:p+b:q`` (or ``a:p,b:q``) -> [(a, p), (b, q)]."""
+def parse_addresses(text: str, any_port: bool = False) -> list[Address]:
+    """``a:p+b:q`` (or ``a:p,b:q``) -> [(a, p), (b, q)]; port 0 only with ``any_port``
+    (an address to bind: the kernel picks a free port)."""
     out = []
     for part in filter(None, (p.strip() for p in text.replace(",", "+").split("+"))):
         host, _, port = part.rpartition(":")
@@ -31,7 +32,7 @@ def parse_addresses(text: str) -> list[Address]:
             out.append((host, int(port)))
         except ValueError:
             raise ConfigError(f"bad switch address {part!r} (expected HOST:PORT)") from None
-        if not host or not 0 < out[-1][1] < 65536:
+        if not host or not (0 if any_port else 1) <= out[-1][1] < 65536:
             raise ConfigError(f"bad switch address {part!r} (expected HOST:PORT)")
     if not out:
         raise ConfigError("the switch exchange needs addr=HOST:PORT (or --switch)")

@@ -14,7 +14,7 @@ def switch() -> None:
 
 @switch.command("serve")
 @click.option("--bind", default="127.0.0.1:9570", show_default=True, help="HOST:PORT (UDP "
-              "packets and TCP control on the same port number).")
+              "packets and TCP control on the same port number; port 0: any free one).")
 @click.option("--slots", type=int, default=1024, show_default=True,
               help="Slots in the pool, shared by all jobs.")
 @click.option("--max-k", type=int, help="Most elements per packet a job may use.")
@@ -33,8 +33,9 @@ def switch_serve(bind: str, slots: int, max_k: int | None, drop_rate: float, see
     from dlcomm.errors import ConfigError
     from dlcomm.switch.client import parse_addresses
     from dlcomm.switch.server import SwitchServer
+    from dlcomm.switch.service import LISTENING
 
-    (host, port), = parse_addresses(bind)
+    (host, port), = parse_addresses(bind, any_port=True)
     if slots < 1:
         raise ConfigError(f"--slots must be >= 1, got {slots}")
     if not 0 <= drop_rate < 1:
@@ -50,8 +51,8 @@ def switch_serve(bind: str, slots: int, max_k: int | None, drop_rate: float, see
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     if not quiet:
-        click.echo(f"dlcomm switch listening on {server.address[0]}:{server.address[1]} "
-                   f"({slots} slots)", err=True)
+        click.echo(f"{LISTENING} {server.address[0]}:{server.address[1]} ({slots} slots)",
+                   err=True)
     try:
         server.run()
     finally:

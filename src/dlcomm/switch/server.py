@@ -38,6 +38,22 @@ class _Member:
             self.conn.sendall(encode_line(obj))
 
 
+def _bind_pair(host: str, port: int, attempts: int = 32) -> tuple[socket.socket, socket.socket]:
+    """A UDP socket and a TCP listener on the same port of ``host``. With port 0 the kernel
+    picks the UDP port, which may be taken for TCP: then another one is tried."""
+    for _ in range(attempts if port == 0 else 1):
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            set_buffers(udp)
+            udp.bind((host, port))
+            return udp, socket.create_server(udp.getsockname(), reuse_port=False)
+        except OSError:
+            udp.close()
+            if port != 0:
+                raise
+    raise OSError(f"no port of {host} was free for both UDP and TCP in {attempts} tries")
+
+
 class SwitchServer:
     def __init__(self, host: str, port: int, slots: int = 1024, max_k: int | None = None,
                  drop_rate: float = 0.0, seed: int = 0, job_timeout_s: float = 600.0) -> None:
@@ -53,15 +69,12 @@ class SwitchServer:
         self.timing: dict[str, float] = {"recv_s": 0.0, "dataplane_s": 0.0, "send_s": 0.0}
         self.members: dict[int, list[_Member]] = {}
         self.started = time.time()
-        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        set_buffers(self.udp)
-        self.udp.bind((host, port))
+        self.udp, self.tcp = _bind_pair(host, port)
         if host not in ("0.0.0.0", ""):  # results to multicast groups leave through HOST
             self.udp.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(host))
         self.udp.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
         self.udp.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 0)
         self.address = self.udp.getsockname()
-        self.tcp = socket.create_server(self.address, reuse_port=False)
         self._stop = threading.Event()
 
     # -- packets -----------------------------------------------------------------------

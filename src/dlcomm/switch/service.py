@@ -1,56 +1,49 @@
 """Start switch processes for a job (on loopback, or in the emulated core namespace).
 
 Used by ``dlcomm train|bench|emulate`` when an exchange needs a switch and none was named:
-each switch runs as ``dlcomm switch serve`` in its own session, dies with its parent
-(PR_SET_PDEATHSIG), is ready when it prints that it listens, and is stopped when the block
-ends, leaving its counters in a file that :attr:`SwitchService.final_stats` holds.
+each switch runs as ``dlcomm switch serve --bind HOST:0`` (the kernel picks a free port, so
+no other process can take it first), started by :func:`dlcomm.runtime.processes.spawn`
+(its own session, dies with its parent); it is ready when it prints the address it
+listens on, and is stopped when the block ends, leaving its counters in a file that
+:attr:`SwitchService.final_stats` holds.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
+import re
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from dlcomm.errors import DlcommError
+from dlcomm.runtime.jobdir import job_directory
+from dlcomm.runtime.processes import spawn, stop
 
-__all__ = ["SwitchService", "running_switches", "BASE_PORT", "SWITCH_EXCHANGES",
-           "switches_for_job"]
+__all__ = ["SwitchService", "running_switches", "SWITCH_EXCHANGES", "switches_for_job",
+           "LISTENING"]
 
-BASE_PORT = 9570
 SWITCH_EXCHANGES = frozenset({"switch", "sparse-switch", "auto"})  # exchanges that talk to a switch
+LISTENING = "dlcomm switch listening on"  # the line ``dlcomm switch serve`` prints when ready
+_LISTENING = re.compile(re.escape(LISTENING) + r" (\S+):(\d+)")
+START_S = 30.0
 
 
 @dataclass
 class SwitchService:
-    addresses: list[tuple[str, int]]
+    addresses: list[tuple[str, int]] = field(default_factory=list)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     stats_files: list[Path] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
-    final_stats: list[dict] = field(default_factory=list)  # filled when the block ends
+    final_stats: list[dict[str, Any]] = field(default_factory=list)  # when the block ends
 
     @property
     def spec_addr(self) -> str:
         return "+".join(f"{h}:{p}" for h, p in self.addresses)
-
-    def check_alive(self) -> None:
-        for proc, addr, log in zip(self.procs, self.addresses, self.logs):
-            if proc.poll() is not None:
-                raise DlcommError(f"the switch at {addr[0]}:{addr[1]} exited with code "
-                                  f"{proc.returncode}: {_log_tail(log)}")
-
-
-def _die_with_parent() -> None:
-    import ctypes
-    ctypes.CDLL(None).prctl(1, signal.SIGKILL)
 
 
 def _log_tail(log: Path) -> str:
@@ -61,65 +54,47 @@ def _log_tail(log: Path) -> str:
     return lines[-1] if lines else ""
 
 
-def _wait_listening(proc: subprocess.Popen[bytes], addr: tuple[str, int], log: Path,
-                    deadline: float) -> None:
-    """The switch writes one line to its log when it listens."""
+def _wait_listening(proc: subprocess.Popen[bytes], host: str, log: Path,
+                    deadline: float) -> tuple[str, int]:
+    """The address the switch says it listens on (its first line in ``log``)."""
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError):
-            if "dlcomm switch listening" in log.read_text(errors="replace"):
-                return
+            m = _LISTENING.search(log.read_text(errors="replace"))
+            if m:
+                return (host, int(m.group(2)))
         if proc.poll() is not None:
-            raise DlcommError(f"the switch at {addr[0]}:{addr[1]} did not start: "
+            raise DlcommError(f"the switch on {host} did not start: "
                               f"{_log_tail(log) or f'exit code {proc.returncode}'}")
-        time.sleep(0.05)
-    raise DlcommError(f"the switch at {addr[0]}:{addr[1]} did not start within 30 s")
+        time.sleep(0.02)
+    raise DlcommError(f"the switch on {host} did not start within {START_S:g} s")
 
 
 @contextlib.contextmanager
 def running_switches(host: str, count: int = 1, prefix: Sequence[str] = (),
-                     slots: int = 1024, drop_rate: float = 0.0, base_port: int = 0,
+                     slots: int = 1024, drop_rate: float = 0.0,
                      extra_args: Sequence[str] = ()) -> Iterator[SwitchService]:
     """``count`` switch processes on ``host`` (through ``prefix``, e.g. ip netns exec).
 
     Readiness is the switch's "listening" line; its counters are written to a file when it
     stops (the parent may not be able to reach an emulated switch over the network).
     """
-    if base_port == 0:
-        from dlcomm.runtime.launcher import free_port
-        ports = [free_port(host) if not prefix else BASE_PORT + i for i in range(count)]
-    else:
-        ports = [base_port + i for i in range(count)]
-    service = SwitchService([(host, p) for p in ports])
-    with tempfile.TemporaryDirectory(prefix="dlcomm-switch-") as tmp:
+    service = SwitchService()
+    with job_directory("switch") as tmp:
         try:
-            for i, port in enumerate(ports):
-                stats_file = Path(tmp) / f"switch{i}.json"
+            for i in range(count):
+                stats_file = tmp / f"switch{i}.json"
                 service.stats_files.append(stats_file)
-                service.logs.append(Path(tmp) / f"switch{i}.log")
+                service.logs.append(tmp / f"switch{i}.log")
                 argv = [*prefix, sys.executable, "-m", "dlcomm", "switch", "serve", "--bind",
-                        f"{host}:{port}", "--slots", str(slots), "--drop-rate", str(drop_rate),
+                        f"{host}:0", "--slots", str(slots), "--drop-rate", str(drop_rate),
                         "--seed", str(i), "--stats-file", str(stats_file), *extra_args]
-                with open(service.logs[-1], "wb") as log:
-                    service.procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                                                          stdout=log, stderr=log,
-                                                          start_new_session=True,
-                                                          preexec_fn=_die_with_parent))
-            deadline = time.monotonic() + 30
-            for proc, addr, log in zip(service.procs, service.addresses, service.logs):
-                _wait_listening(proc, addr, log, deadline)
+                service.procs.append(spawn(argv, log=service.logs[-1]))
+            deadline = time.monotonic() + START_S
+            service.addresses = [_wait_listening(proc, host, log, deadline)
+                                 for proc, log in zip(service.procs, service.logs)]
             yield service
         finally:
-            for proc in service.procs:
-                if proc.poll() is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGTERM)
-            for proc in service.procs:
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+            stop(service.procs, grace_s=5.0)
             for stats_file in service.stats_files:
                 with contextlib.suppress(OSError, ValueError):
                     service.final_stats.append(json.loads(stats_file.read_text()))

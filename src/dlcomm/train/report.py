@@ -11,7 +11,7 @@ from dlcomm.results import new_result
 
 from dlcomm.plots import save_figure
 from dlcomm.train.config import TrainConfig
-from dlcomm.train.trainer import WorkerReport
+from dlcomm.train.common import WorkerReport
 from dlcomm.workloads import Workload
 
 __all__ = ["train_result", "print_train_table", "plot_train", "print_comparison"]

@@ -12,17 +12,13 @@ writes its one-line cause to ``$DLCOMM_ERROR_FILE`` (when set) for the launcher 
 
 from __future__ import annotations
 
-import os
 import time
-import traceback
-from pathlib import Path
 
-from dlcomm.errors import DlcommError
 from dlcomm.results import write_json
 from dlcomm.train.config import TrainConfig
-from dlcomm.runtime.env import ERROR_FILE_VAR, WorkerEnv, process_group, set_threads
+from dlcomm.runtime.env import WorkerEnv, process_group, set_threads
 
-__all__ = ["run_worker", "record_failure"]
+__all__ = ["run_worker"]
 
 
 def run_worker(cfg: TrainConfig) -> dict | None:
@@ -48,20 +44,3 @@ def run_worker(cfg: TrainConfig) -> dict | None:
     if not cfg.quiet:
         print_train_table(result, cfg.json)
     return result
-
-
-def record_failure(exc: BaseException) -> str:
-    """The one-line cause of a worker's failure; also written to $DLCOMM_ERROR_FILE."""
-    if isinstance(exc, DlcommError):
-        cause = str(exc)
-    else:
-        frame = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
-        where = f" (at {Path(frame[0].filename).name}:{frame[0].lineno})" if frame else ""
-        cause = f"{type(exc).__name__}: {exc}{where}".replace("\n", " ")
-    path = os.environ.get(ERROR_FILE_VAR)
-    if path:
-        try:
-            Path(path).write_text(cause + "\n")
-        except OSError:
-            pass
-    return cause

@@ -28,12 +28,12 @@ def test_prague_and_adpsgd_specs():
 
 @pytest.mark.parametrize("spec,world,message", [
     ("gossip", 4, "unknown sync protocol 'gossip'"),
-    ("bsp:x=1", 4, "bsp is the synchronous DDP loop"),
-    ("hop:max_gap=two", 4, "max_gap must be an integer"),
+    ("bsp:x=1", 4, r"sync 'bsp' has no option\(s\) \['x'\]"),
+    ("hop:max_gap=two", 4, "hop: bad value max_gap='two' \\(an integer\\)"),
     ("hop:max_gap=0", 4, "max_gap must be >= 1"),
     ("hop:backup=2", 8, "backup=2 must be below the in-degree"),
     ("hop:graph=star", 4, "unknown graph 'star'"),
-    ("hop:colour=red", 4, "unknown option"),
+    ("hop:colour=red", 4, r"hop has no option\(s\) \['colour'\]"),
     ("prague:generator=smart", 4, "unknown prague generator"),
     ("prague:group_size=5", 4, "group_size 5 exceeds the 4 workers"),
     ("prague:group_size=1", 4, "group_size must be >= 2"),

@@ -32,12 +32,12 @@ from dlcomm.errors import ExchangeError
 from dlcomm.exchange.base import ExchangeContext
 from dlcomm.exchange.switch.spec import SwitchSpec
 from dlcomm.exchange.switch.window import Shard
+from dlcomm.runtime.placement import HOST_ADDR_ENV
 from dlcomm.sockets import set_buffers
 from dlcomm.switch.client import Address, ControlClient
 
-__all__ = ["Session", "bootstrap", "HOST_ADDR_ENV"]
+__all__ = ["Session", "bootstrap", "local_address"]
 
-HOST_ADDR_ENV = "DLCOMM_HOST_ADDR"  # the emulated host's own address (set by its placement)
 IP_MULTICAST_ALL = 49  # Linux: 0 = deliver only the groups this socket joined
 
 

@@ -16,9 +16,8 @@ the group's average. Two implementations (the ``impl=`` option of ``prague``):
 from __future__ import annotations
 
 import abc
-import contextlib
 import datetime
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -29,7 +28,7 @@ from dlcomm.exchange.base import Exchange
 from dlcomm.volume import ring_allreduce_bytes
 from dlcomm.registry import parse_spec
 from dlcomm.runtime.env import WorkerEnv
-from dlcomm.train.sync.local import job_store
+from dlcomm.train.sync.recorder import job_store
 
 __all__ = ["PartialAllReduce", "GlooGroups", "SwitchGroups"]
 
@@ -87,39 +86,6 @@ class GlooGroups(PartialAllReduce):
         return flat / len(members)
 
 
-@contextlib.contextmanager
-def _broadcasts_within(group: Any) -> Iterator[None]:
-    """Make the switch exchange's bootstrap broadcast inside ``group``.
-
-    The switch client (exchange/switch/__init__.py) all-gathers on ``ctx.group`` but
-    broadcasts on the default group (``group=None``), which hangs when several groups
-    bootstrap; until it passes ``group=ctx.group, group_src=0`` itself, its module's
-    ``dist`` is wrapped here for the duration of the bootstrap only.
-    """
-    import dlcomm.exchange.switch as switch_module
-
-    real = switch_module.dist
-
-    class _WithinGroup:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(real, name)
-
-        @staticmethod
-        def broadcast_object_list(objects: list[Any], src: int | None = None,
-                                  group: Any = None, **kw: Any) -> None:
-            if group is None:
-                real.broadcast_object_list(objects, group=group_, group_src=src or 0)
-            else:
-                real.broadcast_object_list(objects, src=src, group=group, **kw)
-
-    group_ = group
-    switch_module.dist = _WithinGroup()  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        switch_module.dist = real
-
-
 class SwitchGroups(PartialAllReduce):
     """One aggregation-switch job per group; every rank registers the groups in order."""
 
@@ -141,8 +107,7 @@ class SwitchGroups(PartialAllReduce):
                     continue
                 ctx = ExchangeContext(members.index(env.rank), len(members), group=pg,
                                       job_name=f"{job_name}-g{index}")
-                with _broadcasts_within(pg):
-                    self.exchanges[members] = make_exchange(exchange_spec, ctx)
+                self.exchanges[members] = make_exchange(exchange_spec, ctx)
         except BaseException:
             self.close()
             raise

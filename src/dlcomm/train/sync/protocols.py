@@ -1,5 +1,5 @@
 """The ``--sync`` specs of the decentralized protocols, parsed and checked before any
-training starts, and the registry that runs them.
+training starts (each registered in :data:`~.base.SYNCS`; ``bsp`` is in :mod:`.bsp`).
 
     hop:graph=ring|torus|exp|complete|bipartite|edges,rows=R,edges=0-1+1-2,
         max_gap=2,backup=0,staleness=0,skip=0
@@ -11,55 +11,21 @@ Keys may be written with dashes (``max-gap``); unknown keys are errors.
 
 from __future__ import annotations
 
-import abc
 from dataclasses import dataclass, field
 
 from dlcomm.errors import ConfigError
-from dlcomm.registry import Registry, Spec, parse_spec
+from dlcomm.registry import reject_unknown, take_option
 from dlcomm.train.config import TrainConfig
 from dlcomm.runtime.env import WorkerEnv
 from dlcomm.train.sync.adpsgd import split_roles
 from dlcomm.train.sync.graphs import GRAPHS, Graph, make_graph
 from dlcomm.train.sync.hop import HopOptions
-from dlcomm.train.sync.local import Learner, Recorder
+from dlcomm.train.sync.recorder import Recorder
+from dlcomm.train.common import Learner
+from dlcomm.train.sync.base import SYNCS, Decentralized
 from dlcomm.train.sync.prague import GENERATORS, PragueSpec
 
-__all__ = ["Protocol", "SYNCS", "parse_sync", "Hop", "Prague", "ADPSGD"]
-
-
-class Protocol(abc.ABC):
-    """A decentralized protocol with its options, ready to run on one worker."""
-
-    name = "protocol"
-
-    @abc.abstractmethod
-    def run(self, cfg: TrainConfig, env: WorkerEnv, learner: Learner,
-            recorder: Recorder) -> int:
-        """Train this worker until the run ends; returns the protocol's iteration count.
-        Must call ``recorder.start_together(learner)`` once its set-up is done."""
-
-    @abc.abstractmethod
-    def check(self, world: int) -> None:
-        """Raise ConfigError if the options cannot work with ``world`` workers."""
-
-
-SYNCS: Registry[Protocol] = Registry("sync protocol")
-
-
-def _int(options: dict[str, str], key: str, default: int, protocol: str) -> int:
-    text = options.pop(key, None)
-    if text is None:
-        return default
-    try:
-        return int(text)
-    except ValueError:
-        raise ConfigError(f"{protocol}: {key} must be an integer, got {text!r}") from None
-
-
-def _no_more(options: dict[str, str], protocol: str, known: str) -> None:
-    if options:
-        raise ConfigError(f"{protocol}: unknown option(s) {', '.join(sorted(options))} "
-                          f"(known: {known})")
+__all__ = ["Hop", "Prague", "ADPSGD"]
 
 
 @dataclass(frozen=True)
@@ -79,17 +45,18 @@ class _GraphChoice:
 
 
 @SYNCS.register("hop", "Hop: queues and tokens bound the iteration gap; backup, staleness, skip")
-class Hop(Protocol):
+class Hop(Decentralized):
     name = "hop"
 
     def __init__(self, **options: str) -> None:
         opts = dict(options)
         self.graph = _GraphChoice.take(opts, "ring")
-        self.options = HopOptions(max_gap=_int(opts, "max_gap", 2, "hop"),
-                                  backup=_int(opts, "backup", 0, "hop"),
-                                  staleness=_int(opts, "staleness", 0, "hop"),
-                                  skip=_int(opts, "skip", 0, "hop"))
-        _no_more(opts, "hop", "graph, rows, edges, max_gap, backup, staleness, skip")
+        self.options = HopOptions(max_gap=take_option(opts, "max_gap", int, 2, "hop"),
+                                  backup=take_option(opts, "backup", int, 0, "hop"),
+                                  staleness=take_option(opts, "staleness", int, 0, "hop"),
+                                  skip=take_option(opts, "skip", int, 0, "hop"))
+        reject_unknown(opts, "hop", ("graph", "rows", "edges", "max_gap", "backup", "staleness",
+                                     "skip"))
 
     def check(self, world: int) -> None:
         graph = self.graph.build(world)
@@ -106,7 +73,7 @@ class Hop(Protocol):
 
 
 @SYNCS.register("prague", "Prague: partial all-reduce in groups from a group generator")
-class Prague(Protocol):
+class Prague(Decentralized):
     name = "prague"
 
     def __init__(self, **options: str) -> None:
@@ -126,11 +93,11 @@ class Prague(Protocol):
             raise ConfigError(f"prague: window_ms must be a number or auto, got {window!r}") from None
         if window_ms is not None and window_ms < 0:
             raise ConfigError(f"prague: window_ms must be >= 0, got {window_ms:g}")
-        self.spec = PragueSpec(_int(opts, "group_size", 4, "prague"), generator, impl,
+        self.spec = PragueSpec(take_option(opts, "group_size", int, 4, "prague"), generator, impl,
                                window_ms)
         if self.spec.group_size < 2:
             raise ConfigError(f"prague: group_size must be >= 2, got {self.spec.group_size}")
-        _no_more(opts, "prague", "group_size, generator, impl, window_ms")
+        reject_unknown(opts, "prague", ("group_size", "generator", "impl", "window_ms"))
 
     def check(self, world: int) -> None:
         if world < 2:
@@ -146,13 +113,13 @@ class Prague(Protocol):
 
 
 @SYNCS.register("adpsgd", "AD-PSGD: asynchronous pairwise gossip, active/passive split")
-class ADPSGD(Protocol):
+class ADPSGD(Decentralized):
     name = "adpsgd"
 
     def __init__(self, **options: str) -> None:
         opts = dict(options)
         self.graph = _GraphChoice.take(opts, "ring")
-        _no_more(opts, "adpsgd", "graph, rows, edges")
+        reject_unknown(opts, "adpsgd", ("graph", "rows", "edges"))
 
     def check(self, world: int) -> None:
         split_roles(self.graph.build(world))
@@ -163,15 +130,3 @@ class ADPSGD(Protocol):
         roles = split_roles(self.graph.build(env.world_size))
         recorder.start_together(learner)
         return run_adpsgd(cfg, env, learner, recorder, roles)
-
-
-def parse_sync(text: str | Spec, world: int | None = None) -> Protocol:
-    """The protocol named by ``text`` (not ``bsp``), checked for ``world`` workers if given."""
-    spec = text if isinstance(text, Spec) else parse_spec(text)
-    if spec.name == "bsp":
-        raise ConfigError("bsp is the synchronous DDP loop, not a decentralized protocol")
-    options = {k.replace("-", "_"): v for k, v in spec.options.items()}
-    protocol = SYNCS.get(spec.name)(**options)
-    if world is not None:
-        protocol.check(world)
-    return protocol

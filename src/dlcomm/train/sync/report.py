@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlcomm.train.trainer import WorkerReport
+from dlcomm.train.common import WorkerReport
 
 __all__ = ["SyncReport", "max_step_spread"]
 

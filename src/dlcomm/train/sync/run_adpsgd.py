@@ -24,7 +24,8 @@ import torch
 from dlcomm.train.config import TrainConfig
 from dlcomm.runtime.env import WorkerEnv
 from dlcomm.train.sync.adpsgd import PassiveBook, Roles
-from dlcomm.train.sync.local import Learner, Recorder
+from dlcomm.train.sync.recorder import Recorder
+from dlcomm.train.common import Learner
 from dlcomm.train.sync.p2p import Mailbox
 
 __all__ = ["run_adpsgd"]

@@ -20,7 +20,8 @@ from dlcomm.train.config import TrainConfig
 from dlcomm.runtime.env import WorkerEnv
 from dlcomm.train.sync.graphs import Graph
 from dlcomm.train.sync.hop import HopOptions, HopWorker
-from dlcomm.train.sync.local import Learner, Recorder
+from dlcomm.train.sync.recorder import Recorder
+from dlcomm.train.common import Learner
 from dlcomm.train.sync.p2p import Mailbox
 
 __all__ = ["run_hop", "mean_of"]

@@ -1,33 +1,29 @@
-"""One rank of an executed partition plan: ``python -m dlcomm.plan.partition.execute.worker JOB``.
+"""One rank of an executed partition plan: ``dlcomm run-job partition --config JOB.json``.
 
-Started by launch.py with the env:// variables (RANK, WORLD_SIZE, MASTER_ADDR,
-MASTER_PORT). Reads ``JOB/job.json``; for every plan in it, trains ``steps`` steps of SGD
-and writes ``JOB/rank<r>.json`` (losses, times, elements sent and received per key) and
-``JOB/rank<r>.pt`` (the gradient shards of every step). On an error it writes one line to
-``JOB/rank<r>.err`` and exits 1.
+Started by launch.py through dlcomm's launcher (the env:// variables, a failure report for
+the launcher). For every plan in the job, trains ``steps`` steps of SGD and writes
+``OUT/rank<r>.json`` (losses, times, elements sent and received per key) and
+``OUT/rank<r>.pt`` (the gradient shards of every step), OUT being the job's ``out_dir``.
 """
 
 from __future__ import annotations
 
-import datetime
 import json
-import os
-import sys
 import time
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from dlcomm.plan.partition.execute.comm import Comm
 from dlcomm.plan.partition.execute.model import (PartitionedNet, build_program,
                                                    executable_table, init_weights, make_batch)
 from dlcomm.plan.partition.graph import build_graph
+from dlcomm.runtime.env import WorkerEnv, process_group, set_threads
 from dlcomm.workloads.catalog.base import Layer, ModelTable
 
-__all__ = ["table_to_dict", "table_from_dict", "run_rank", "main"]
+__all__ = ["table_to_dict", "table_from_dict", "run_rank", "worker_main"]
 
 
 def table_to_dict(table: ModelTable) -> dict[str, Any]:
@@ -75,29 +71,12 @@ def run_rank(job: dict[str, Any], rank: int, world: int) -> tuple[dict[str, Any]
     return report, shards
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    job_dir = Path(args[0])
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    try:
-        job = json.loads((job_dir / "job.json").read_text())
-        torch.set_num_threads(1)
-        dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=job["timeout_s"]))
-        report, shards = run_rank(job, rank, world)
-        torch.save(shards, job_dir / f"rank{rank}.pt")
-        (job_dir / f"rank{rank}.json").write_text(json.dumps(report))
-        dist.barrier()
-        dist.destroy_process_group()
-    except BaseException as exc:  # one line for the launcher, then a non-zero exit
-        line = (f"{type(exc).__name__}: {exc}".splitlines() or ["error"])[0]
-        (job_dir / f"rank{rank}.err").write_text(line)
-        sys.stderr.flush()
-        os._exit(1)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # skip interpreter teardown: gloo threads can abort it (docs/ARCHITECTURE.md)
-
-
-if __name__ == "__main__":
-    main()
+def worker_main(job: dict[str, Any]) -> None:
+    """One rank of the job (run by ``dlcomm run-job partition``)."""
+    env = WorkerEnv.from_environ()
+    out = Path(job["out_dir"])
+    set_threads(1)
+    with process_group(env, job["timeout_s"]):
+        report, shards = run_rank(job, env.rank, env.world_size)
+        torch.save(shards, out / f"rank{env.rank}.pt")
+        (out / f"rank{env.rank}.json").write_text(json.dumps(report))

@@ -1,9 +1,6 @@
-"""What every decentralized worker does on its own: data, gradients, optimizer, emulated
-compute and stragglers, step records and model snapshots. No communication here.
-
-The data and the emulated compute are exactly the BSP loop's (trainer.py): the same
-DistributedSampler shard per rank, the same ``step_delay``/``slowdown`` between forward
-and backward, so that every protocol sees the same heterogeneity.
+"""What decentralized workers keep beyond :mod:`dlcomm.train.common`: step records and model
+snapshots over time (:class:`Recorder`), the job's store, and the barrier at the end of
+training that names a worker that never finishes.
 """
 
 from __future__ import annotations
@@ -23,10 +20,10 @@ from dlcomm.train.config import TrainConfig, parse_fault
 from dlcomm.train.hetero import parse_straggler, slowdown, step_delay
 from dlcomm.runtime.env import WorkerEnv
 from dlcomm.train.sync.report import SyncReport
-from dlcomm.train.trainer import StepRecord, _inject, _make_optimizer, _Progress
+from dlcomm.train.common import Learner, Progress, StepRecord
 from dlcomm.workloads import Workload
 
-__all__ = ["Learner", "Recorder", "job_store", "wait_until_all_finished"]
+__all__ = ["Recorder", "job_store", "wait_until_all_finished"]
 
 
 def job_store(env: WorkerEnv, timeout_s: float) -> dist.TCPStore:
@@ -56,82 +53,6 @@ def wait_until_all_finished(env: WorkerEnv, timeout_s: float, what: str) -> None
         time.sleep(0.02)
 
 
-class Learner:
-    """One worker's model, optimizer, data stream and emulated compute."""
-
-    def __init__(self, cfg: TrainConfig, env: WorkerEnv, workload: Workload) -> None:
-        self.cfg, self.env, self.workload = cfg, env, workload
-        self.model = workload.model
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.numel = sum(p.numel() for p in self.params)
-        self.optimizer = _make_optimizer(workload, self.params, cfg.lr or workload.lr)
-        self.sampler = DistributedSampler(workload.train_set, num_replicas=env.world_size,
-                                          rank=env.rank, shuffle=True, seed=cfg.seed,
-                                          drop_last=True)
-        self.loader = DataLoader(workload.train_set,
-                                 batch_size=cfg.batch_size or workload.batch_size,
-                                 sampler=self.sampler, drop_last=True)
-        self.per_epoch = len(self.loader)
-        if self.per_epoch == 0:
-            raise ConfigError(f"batch size {self.loader.batch_size} x {env.world_size} workers "
-                              f"exceeds the {len(workload.train_set)} training examples of "
-                              f"{workload.name}")
-        if cfg.steps is not None and cfg.epochs is None:
-            self.total = cfg.steps
-        else:
-            self.total = min((cfg.epochs or workload.default_epochs) * self.per_epoch,
-                             cfg.steps or 2**62)
-        self.straggler = parse_straggler(cfg.straggler) if cfg.straggler else None
-        self.slow_rng = random.Random(cfg.seed * 1_000_003 + env.rank)
-        self.fault = parse_fault(cfg.fault) if cfg.fault else None
-        self.steps = 0
-        self._batches: Iterator[Any] = iter(())
-        self._epoch = -1
-
-    @property
-    def epoch(self) -> int:
-        return max(self._epoch, 0)
-
-    def _next_batch(self) -> Any:
-        while True:
-            try:
-                return next(self._batches)
-            except StopIteration:
-                self._epoch += 1
-                self.sampler.set_epoch(self._epoch)
-                self._batches = iter(self.loader)
-
-    def gradient(self, module: torch.nn.Module | None = None) -> float:
-        """Forward, emulated compute, backward on ``module`` (default: the model); returns
-        the loss. Gradients land in ``module``'s parameters."""
-        module = module or self.model
-        _inject(self.fault, self.env.rank, self.steps)
-        x, y = self._next_batch()
-        t0 = time.perf_counter()
-        loss = self.workload.loss(module(x), y)
-        delay = step_delay(self.cfg.compute_ms, 3 * (time.perf_counter() - t0),
-                           slowdown(self.straggler, self.env.rank, self.slow_rng))
-        if delay > 0:
-            time.sleep(delay)
-        module.zero_grad(set_to_none=True)
-        loss.backward()
-        self.steps += 1
-        return float(loss.item())
-
-    def vector(self) -> torch.Tensor:
-        """A copy of the parameters as one flat float32 tensor."""
-        with torch.no_grad():
-            return parameters_to_vector(self.params).detach().clone()
-
-    def load(self, flat: torch.Tensor) -> None:
-        with torch.no_grad():
-            vector_to_parameters(flat, self.params)
-
-    def apply(self) -> None:
-        """The optimizer step with the gradients in the model's parameters."""
-        self.optimizer.step()
-
-
 class Recorder:
     """Step records, comm-wait and byte counts per step, and model snapshots over time.
 
@@ -140,7 +61,7 @@ class Recorder:
     after every step, up to ``budget_bytes``; beyond it every other snapshot is dropped and
     the interval doubles, so a snapshot is never more than ``interval`` steps old."""
 
-    def __init__(self, rank: int, every: int, progress: _Progress | None = None,
+    def __init__(self, rank: int, every: int, progress: Progress | None = None,
                  budget_bytes: int = 256 * 2**20) -> None:
         self.report = SyncReport(rank)
         self.progress = progress

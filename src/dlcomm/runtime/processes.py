@@ -1,0 +1,123 @@
+"""Child processes that die with their parent, and a stop that always ends them.
+
+:func:`spawn` starts a child in its own session (so that a signal to its group reaches
+everything it started) without ``preexec_fn`` (unsafe in a threaded parent) and tells it
+its parent's pid in ``$DLCOMM_PARENT_PID``. The child calls :func:`die_with_parent` first
+thing (``python -m dlcomm`` does): it asks the kernel for SIGKILL when the parent thread
+exits (``PR_SET_PDEATHSIG``) and *then* checks that the parent is still the one it was
+started by, so a parent that died before the request was made cannot leave it running
+(the race that setting it in the parent between fork and exec leaves open). The signal
+comes when the *thread* that started the child ends: start children from a thread that
+lives as long as they should (every dlcomm launcher uses its main thread).
+
+:func:`stop` sends SIGTERM to each child's process group, then SIGKILL after a grace
+period, and reaps them; :func:`run_child` runs one to completion under a timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import IO, Any, Mapping, Sequence
+
+__all__ = ["spawn", "stop", "run_child", "die_with_parent", "describe_exit", "PARENT_VAR",
+           "GRACE_S", "ChildTimeout"]
+
+PARENT_VAR = "DLCOMM_PARENT_PID"
+GRACE_S = 3.0
+_PR_SET_PDEATHSIG = 1
+
+
+class ChildTimeout(Exception):
+    """A child did not finish within its timeout (it has been stopped)."""
+
+
+def describe_exit(returncode: int) -> str:
+    """``exited with code 3`` or ``killed by signal SIGKILL``."""
+    if returncode < 0:
+        try:
+            return f"killed by signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exited with code {returncode}"
+
+
+def die_with_parent() -> None:
+    """In a child of :func:`spawn`: be killed when the parent goes, even if it already has.
+
+    Does nothing in a process that :func:`spawn` did not start (torchrun's workers, a shell).
+    """
+    expected = os.environ.pop(PARENT_VAR, None)  # our own children get their own
+    if not expected:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if str(os.getppid()) != expected:  # the parent died before the request: we were orphaned
+        os._exit(128 + signal.SIGKILL)
+
+
+def spawn(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+          log: Path | None = None, capture: bool = False,
+          cwd: str | None = None) -> subprocess.Popen[Any]:
+    """Start ``argv`` in a new session, set up to die with this process (see the module doc).
+
+    Output goes to ``log`` (both streams) if given, to pipes (text) with ``capture``, else
+    to this process's own streams.
+    """
+    child_env = {**(os.environ if env is None else env), PARENT_VAR: str(os.getpid())}
+    if capture:
+        return subprocess.Popen(list(argv), env=child_env, cwd=cwd, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    handle: IO[bytes] | None = open(log, "wb") if log is not None else None  # noqa: SIM115
+    try:
+        return subprocess.Popen(list(argv), env=child_env, cwd=cwd, stdin=subprocess.DEVNULL,
+                                stdout=handle, stderr=handle, start_new_session=True)
+    finally:
+        if handle is not None:
+            handle.close()  # the child has its own copy
+
+
+def _signal_group(proc: subprocess.Popen[Any], sig: int) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+
+
+def stop(procs: Sequence[subprocess.Popen[Any]], grace_s: float = GRACE_S) -> None:
+    """SIGTERM to every running child's group, SIGKILL to what is left after ``grace_s``;
+    every child is reaped before this returns."""
+    for proc in procs:
+        _signal_group(proc, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+        time.sleep(0.02)
+    for proc in procs:
+        _signal_group(proc, signal.SIGKILL)
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+
+
+def run_child(argv: Sequence[str], timeout_s: float, *, env: Mapping[str, str] | None = None,
+              cwd: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` to completion, capturing its output as text; stopped (and
+    :class:`ChildTimeout` raised) after ``timeout_s``, stopped too if this process is
+    interrupted meanwhile."""
+    proc = spawn(argv, env=env, capture=True, cwd=cwd)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        stop([proc])
+        proc.communicate()
+        raise ChildTimeout(f"`{' '.join(argv[:5])} ...` did not finish within {timeout_s:g} s"
+                           ) from None
+    except BaseException:
+        stop([proc])
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
