@@ -13,7 +13,7 @@ import click
 
 from dlcomm import __version__
 from dlcomm.errors import DlcommError
-from dlcomm.options import network_from, network_options, switch_options
+from dlcomm.options import network_options, switch_options
 
 __all__ = ["main", "cli"]
 
@@ -79,7 +79,7 @@ def _train_config(config_file: str | None, json_path: str | None, **cli_values: 
 def train(switch: str | None, switch_shards: int, drop_rate: float, **values: Any) -> None:
     """Train a workload on N workers (DDP over gloo, env:// rendezvous)."""
     from dlcomm.exchange import EXCHANGES
-    from dlcomm.emulate.placement import placement
+    from dlcomm.emulate.placement import NetworkOptions, placement
     from dlcomm.runtime.launcher import launch
     from dlcomm.results import check_writable
     from dlcomm.switch.service import switches_for_job
@@ -87,7 +87,7 @@ def train(switch: str | None, switch_shards: int, drop_rate: float, **values: An
     from dlcomm.workloads import WORKLOADS
 
     cfg = _train_config(**values)
-    net = network_from(cfg)
+    net = NetworkOptions(cfg.network, cfg.bandwidth, cfg.topology, cfg.cluster)
     WORKLOADS.check(cfg.workload)
     EXCHANGES.check(cfg.exchange)
     check_sync(cfg.sync, cfg.workers)
@@ -190,11 +190,15 @@ def _register_commands() -> None:
     from dlcomm.plan.commands import topo
     from dlcomm.switch.commands import switch
     from dlcomm.plan.partition.commands import partition
+    from dlcomm.bench.commands import calibrate_cmd, validate_cmd
     from dlcomm.plan.simulate.commands import simulate
     from dlcomm.workloads.commands import workloads
 
     for command in (workloads, cluster, emulate, switch, bench, topo, partition, simulate):
         cli.add_command(command)
+    # they run the emulator (bench/), but belong with the simulator they check
+    simulate.add_command(validate_cmd)
+    simulate.add_command(calibrate_cmd)
 
 
 _register_commands()

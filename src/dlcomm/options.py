@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 import click
 
-__all__ = ["network_options", "network_from", "switch_options"]
+__all__ = ["network_options", "switch_options"]
 
 
 def network_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -23,12 +23,6 @@ def network_options(func: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(options):
         func = option(func)
     return func
-
-
-def network_from(cfg: Any) -> Any:
-    from dlcomm.emulate.placement import NetworkOptions
-
-    return NetworkOptions(cfg.network, cfg.bandwidth, cfg.topology, cfg.cluster)
 
 
 def switch_options(func: Callable[..., Any]) -> Callable[..., Any]:

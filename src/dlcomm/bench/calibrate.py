@@ -33,15 +33,10 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
 from dlcomm.errors import ConfigError
-from dlcomm.plan.topology import build_topology
-from dlcomm.plan.traffic import Parallelism
-from dlcomm.plan.simulate.collective import Collectives, ExchangeModel
-from dlcomm.plan.simulate.fluid import SimNetwork
+from dlcomm.plan.simulate.calibration import fit, modelled_allreduce_s
 
-__all__ = ["CalibrationConfig", "star_spec", "modelled_allreduce_s", "fit", "calibrate"]
+__all__ = ["CalibrationConfig", "calibrate", "stream_buckets"]
 
 
 @dataclass(frozen=True)
@@ -62,35 +57,6 @@ class CalibrationConfig:
             raise ConfigError("calibration needs at least two message sizes")
         if self.mode not in ("stream", "isolated"):
             raise ConfigError(f"calibration mode must be stream or isolated, not {self.mode!r}")
-
-
-def star_spec(workers: int, link_bps: float) -> str:
-    """The planner's one-switch fat tree: a star of ``workers`` links of ``link_bps``
-    with an aggregating switch (the emulated star of ``dlcomm emulate``)."""
-    return f"fattree:n={workers},ports=1,rate={link_bps / 1e9:.9g},ina=1"
-
-
-def modelled_allreduce_s(kind: str, workers: int, nbytes: float, link_bps: float) -> float:
-    """The flow model's time of one all-reduce of ``nbytes`` through ``kind`` on the star,
-    with no latency (what calibration scales)."""
-    topo = build_topology(star_spec(workers, link_bps))
-    net = SimNetwork(topo, np.arange(workers))
-    coll = Collectives(net, Parallelism(dp=workers, bytes=4), ExchangeModel(kind),
-                       "ring", 0.0, 0.0)
-    return coll.gradients("dp", 0, nbytes).alone_s(net)
-
-
-def fit(modelled: Sequence[float], measured: Sequence[float]) -> tuple[float, float]:
-    """(overhead, efficiency) of measured = overhead + efficiency x modelled, overhead >= 0,
-    minimising the squared relative residuals (residual / measured)."""
-    x, y = np.asarray(modelled, float), np.asarray(measured, float)
-    w = 1.0 / y
-    design = np.column_stack([w, x * w])
-    (a, c), *_ = np.linalg.lstsq(design, np.ones_like(y), rcond=None)
-    if a < 0:
-        xr = x * w
-        a, c = 0.0, float(xr.sum() / (xr @ xr))
-    return float(a), float(c)
 
 
 def stream_buckets(cfg: CalibrationConfig, size: int) -> int:

@@ -29,7 +29,8 @@ from typing import Any, Callable
 
 from dlcomm.errors import ConfigError
 from dlcomm.results import new_result
-from dlcomm.bench.calibrate import CalibrationConfig, calibrate, star_spec
+from dlcomm.bench.calibrate import CalibrationConfig, calibrate
+from dlcomm.plan.simulate.calibration import star_spec
 from dlcomm.plan.simulate.iteration import SimConfig, simulate
 
 __all__ = ["ValidateConfig", "validate", "TOLERANCE"]

@@ -4,8 +4,8 @@
         --parallelism dp=16,pp=8,tp=8 --exchange ring --json s.json --plot s.png
     dlcomm simulate --workload resnet50 --topology fattree,hxmesh:a=2 \\
         --exchange ring,switch,compressed:method=fp16 --sweep accelerators=64,256,1024,4096
-    dlcomm simulate validate --json v.json          (root: emulated networks)
-    dlcomm simulate calibrate --workers 4 --bandwidth 1gbit --json c.json
+    dlcomm simulate validate --json v.json          (root: emulated networks; dlcomm.bench)
+    dlcomm simulate calibrate --workers 4 --bandwidth 1gbit --json c.json     (dlcomm.bench)
     dlcomm simulate packet --workers 4 --size 4MB --bandwidth 1gbit --json p.json
     dlcomm simulate reproduce switchml|hammingmesh --json r.json
 """
@@ -135,89 +135,6 @@ def simulate(ctx: click.Context, workload: str | None, accelerators: int, topolo
         plot_simulation(result, plot)
     if not quiet:
         print_simulation(result, json_path)
-
-
-@simulate.command("validate")
-@click.option("--workloads", default="resnet50,vgg19,bert-base", show_default=True)
-@click.option("--workers", default="4,8", show_default=True)
-@click.option("--dilations", default="10,20", show_default=True,
-              help="Time dilation K per worker count.")
-@click.option("--bandwidth", default="10gbit", show_default=True, help="Real-scale link rate.")
-@click.option("--iterations", type=int, default=2, show_default=True)
-@click.option("--warmup", type=int, default=1, show_default=True)
-@click.option("--reps", type=int, default=3, show_default=True,
-              help="Repetitions per calibration all-reduce.")
-@click.option("--calibration", type=click.Choice(["stream", "isolated"]), default="stream",
-              show_default=True, help="How the exchanges are calibrated (see `dlcomm "
-              "simulate calibrate --mode`).")
-@click.option("--json", "json_path", help="Write the JSON result (kind simulate-validate).")
-@click.option("--quiet", is_flag=True)
-def validate_cmd(workloads: str, workers: str, dilations: str, bandwidth: str, iterations: int,
-                 warmup: int, reps: int, calibration: str, json_path: str | None,
-                 quiet: bool) -> None:
-    """Emulator vs simulator: ring and switch, iteration times and errors (needs root)."""
-    from dlcomm.emulate.cluster import require_root
-    from dlcomm.errors import ConfigError
-    from dlcomm.registry import parse_rate
-    from dlcomm.results import check_writable, write_json
-    from dlcomm.plan.simulate.report import print_validation
-    from dlcomm.bench.validate import ValidateConfig, validate
-
-    try:
-        counts = tuple(int(x) for x in workers.split(","))
-        ks = tuple(float(x) for x in dilations.split(","))
-    except ValueError:
-        raise ConfigError("--workers and --dilations are comma-separated numbers") from None
-    cfg = ValidateConfig(tuple(w.strip() for w in workloads.split(",") if w.strip()), counts,
-                         ks, bandwidth_bps=parse_rate(bandwidth), iterations=iterations,
-                         warmup=warmup, reps=reps, calibration=calibration)
-    check_writable(json_path, "--json")
-    require_root()
-    result = validate(cfg, _say(quiet))
-    if json_path:
-        write_json(json_path, result)
-    if not quiet:
-        print_validation(result, json_path)
-
-
-@simulate.command("calibrate")
-@click.option("--workers", type=int, default=4, show_default=True)
-@click.option("--bandwidth", default="1gbit", show_default=True, help="Emulated link rate.")
-@click.option("--exchange", default="ring,switch", show_default=True)
-@click.option("--sizes", default="4MB,26MB,52MB", show_default=True)
-@click.option("--reps", type=int, default=3, show_default=True)
-@click.option("--mode", type=click.Choice(["stream", "isolated"]), default="stream",
-              show_default=True, help="stream: back-to-back buckets as DDP sends them; "
-              "isolated: one all-reduce at a time (dlcomm bench allreduce).")
-@click.option("--json", "json_path", help="Write the JSON result (kind simulate-calibrate).")
-def calibrate_cmd(workers: int, bandwidth: str, exchange: str, sizes: str, reps: int,
-                  mode: str, json_path: str | None) -> None:
-    """Fit each exchange's overhead and efficiency on an emulated star (needs root)."""
-    from dlcomm.emulate.cluster import require_root
-    from dlcomm.registry import split_specs
-    from dlcomm.registry import parse_rate, parse_size
-    from dlcomm.results import check_writable, new_result, write_json
-    from dlcomm.bench.calibrate import CalibrationConfig, calibrate
-
-    cfg = CalibrationConfig(workers, parse_rate(bandwidth), tuple(split_specs(exchange)),
-                            tuple(parse_size(s) for s in sizes.split(",")), reps, mode=mode)
-    for ex in cfg.exchanges:
-        if ex not in ("ring", "switch"):
-            from dlcomm.errors import ConfigError
-            raise ConfigError(f"calibration fits ring and switch, not {ex!r}")
-    check_writable(json_path, "--json")
-    require_root()
-    cal = calibrate(cfg, _say(False))
-    result = new_result("simulate-calibrate", cal["config"])
-    result["calibration"] = cal
-    result["summary"] = {ex: {k: f[k] for k in ("overhead_s", "efficiency", "fit_max_rel_error")}
-                         for ex, f in cal["exchanges"].items()}
-    if json_path:
-        write_json(json_path, result)
-    for ex, f in result["summary"].items():
-        click.echo(f"{ex}: overhead {f['overhead_s'] * 1e3:.1f} ms per call, efficiency "
-                   f"{f['efficiency']:.3f} x the flow model (fit within "
-                   f"{f['fit_max_rel_error']:.1%})")
 
 
 @simulate.command("packet")

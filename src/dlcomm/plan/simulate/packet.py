@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from dlcomm.errors import ConfigError
-from dlcomm.bench.calibrate import modelled_allreduce_s
+from dlcomm.plan.simulate.calibration import modelled_allreduce_s
 from dlcomm.wire.packet import HEADER_SIZE, max_elements
 
 __all__ = ["ina_packet_time", "packet_check"]
