@@ -142,10 +142,9 @@ class PowerSGD(Compressor):
 
     def _initial_q(self, name: str, layout: Layout) -> list[torch.Tensor]:
         """Step 2: views of the Q memory, warm or freshly drawn, orthogonalized."""
-        q_flat = self.q_memory.get(name) if self.warm else None
-        fresh = q_flat is None or q_flat.numel() != layout.q_size
-        if fresh:
-            q_flat = torch.empty(layout.q_size)
+        kept = self.q_memory.get(name) if self.warm else None
+        fresh = kept is None or kept.numel() != layout.q_size
+        q_flat = torch.empty(layout.q_size) if fresh or kept is None else kept
         qs, at = [], 0
         for b in layout.compressed:
             qs.append(q_flat[at:at + b.cols * b.rank].view(b.cols, b.rank))

@@ -12,7 +12,7 @@ step waited on communication after its backward computation had finished.
 import time
 
 import torch
-import torch.distributed as dist
+from torch._C._distributed_c10d import GradBucket  # torch.distributed.GradBucket itself
 
 from dlcomm.exchange.base import Exchange
 from dlcomm.wire.sparse import presence
@@ -50,7 +50,7 @@ class ExchangeHookState:
 
 
 def exchange_hook(state: ExchangeHookState,
-                  bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+                  bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Average one gradient bucket over all workers with ``state.exchange``.
 
     1. note the time the bucket was ready (backward has produced all its gradients), and how

@@ -41,7 +41,9 @@ class RingExchange(Exchange):
         s.bytes_received += moved
         work = dist.all_reduce(flat, group=self.ctx.group, async_op=True)
         assert work is not None
-        return work.get_future().then(lambda fut: fut.value()[0])
+        total: torch.futures.Future[torch.Tensor] = work.get_future().then(
+            lambda fut: fut.value()[0])
+        return total
 
 
 @EXCHANGES.register("ring", "torch.distributed all-reduce (gloo ring), the baseline")

@@ -48,7 +48,8 @@ def hosted_store(addr: str, port: int = 0, netns: str | None = None,
         try:
             if netns:
                 _enter_netns(netns)
-            box["store"] = dist.TCPStore(addr, port, None, True,
+            # torch re-exports TCPStore from its C module without declaring it
+            box["store"] = dist.TCPStore(addr, port, None, True,  # type: ignore[attr-defined]
                                          datetime.timedelta(seconds=timeout_s),
                                          wait_for_workers=False)
         except Exception as exc:  # noqa: BLE001 (re-raised below, in the caller's thread)

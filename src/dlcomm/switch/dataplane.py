@@ -379,7 +379,7 @@ class Dataplane:
                         copy.exp, job.key, flags)
         if copy.sparse:
             return header, copy.result
-        return header, memoryview(copy.acc[: copy.numel]).cast("B")
+        return header, copy.acc[: copy.numel].data.cast("B")
 
     def _mismatch(self, job: Job, hdr: Header, copy: SlotCopy, why: str = "") -> list[Output]:
         self._drop("mismatch", job)

@@ -176,14 +176,14 @@ class SwitchServer:
                     "group": job.group[0] if job.group else None}, member
         if op == "attach":
             with self.lock:
-                job = self.table.jobs.get(int(req["job"]))
-                if job is None or f"{job.key:016x}" != req["key"]:
+                attached = self.table.jobs.get(int(req["job"]))
+                if attached is None or f"{attached.key:016x}" != req["key"]:
                     raise ValueError(f"no job {req['job']} with that key")
                 rank = int(req["rank"])
-                if not 0 <= rank < job.workers:
-                    raise ValueError(f"rank {rank} is outside the job's {job.workers} workers")
-                member = _Member(conn, job.job_id, rank)
-                self.members.setdefault(job.job_id, []).append(member)
+                if not 0 <= rank < attached.workers:
+                    raise ValueError(f"rank {rank} is outside the job's {attached.workers} workers")
+                member = _Member(conn, attached.job_id, rank)
+                self.members.setdefault(attached.job_id, []).append(member)
             return {"ok": True}, member
         if op == "leave":
             if member is None:

@@ -74,7 +74,7 @@ def quantize(x: np.ndarray, e_max: int, n: int) -> np.ndarray:
     limit = 2 ** (31 - log2_workers(n)) - 1
     v = np.ldexp(x, np.int32(shift_for(e_max, n)))  # exact; 2^s itself may exceed float32
     np.rint(v, out=v)  # |v| <= 2^(31-L) <= 2^30: fits int32 before the clamp
-    q = v.astype(np.int32)
+    q: np.ndarray = v.astype(np.int32)
     np.minimum(q, limit, out=q)
     np.maximum(q, -limit, out=q)
     return q
@@ -103,7 +103,7 @@ def quantize_rows(rows: np.ndarray, e_rows: np.ndarray, n: int) -> np.ndarray:
     shifts = np.where(e_rows == EXP_ZERO, 0, 31 - log2_workers(n) - e_rows).astype(np.int32)
     v = np.ldexp(rows, shifts[:, None])
     np.rint(v, out=v)
-    q = v.astype(np.int32)
+    q: np.ndarray = v.astype(np.int32)
     q[e_rows == EXP_ZERO] = 0
     np.minimum(q, limit, out=q)
     np.maximum(q, -limit, out=q)

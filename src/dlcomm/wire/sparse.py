@@ -77,7 +77,8 @@ _POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
 def popcount(words: np.ndarray) -> np.ndarray:
     """Set bits per row of u32 words (rows, w)."""
     as_bytes = np.ascontiguousarray(words, dtype="<u4").view(np.uint8)
-    return _POPCOUNT[as_bytes].reshape(len(words), -1).sum(axis=1)
+    counts: np.ndarray = _POPCOUNT[as_bytes].reshape(len(words), -1).sum(axis=1)
+    return counts
 
 
 @dataclass

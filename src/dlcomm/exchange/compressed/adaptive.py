@@ -313,8 +313,8 @@ class AdaptivePolicy(Policy):
             t0 = time.perf_counter()
             self.agree([0.0])()
             self.latencies.append(time.perf_counter() - t0)
-        trial = self.trial
-        verify = trial is not None and iteration >= trial["since"] + self.every
+        trial = self.trial or {}
+        verify = bool(trial) and iteration >= trial["since"] + self.every
         control, treated = self._probe_comparison(iteration)
         mine = [self.alpha, 1 / self.bandwidth if math.isfinite(self.bandwidth) else 0.0,
                 trial["before"] if verify else -1.0,

@@ -26,7 +26,7 @@ from dlcomm.volume import ring_allreduce_bytes
 __all__ = ["compressed_exchange", "compressed_from_options", "check_specs", "Agree"]
 
 Agree = Callable[[list[float]], Callable[[], list[float]]]
-CANDIDATES = ("none", "fp16", "powersgd", "topk")
+CANDIDATES: tuple[str, ...] = ("none", "fp16", "powersgd", "topk")
 
 
 def _adaptive(options: dict[str, str], ctx: ExchangeContext, agree: Agree) -> Policy:
@@ -116,7 +116,8 @@ def compressed_from_options(ctx: ExchangeContext, options: dict[str, str]) -> Ex
     if over == "compressed":
         raise ConfigError("exchange 'compressed' cannot wrap itself")
     # the switch's address and injected loss (given by the launcher) belong to the inner one
-    inner_options = {key: options.pop(key) for key in ("addr", "drop") if key in options}
+    inner_options: dict[str, str] = {key: options.pop(key) for key in ("addr", "drop")
+                                     if key in options}
     if inner_options:
         over = str(Spec(over, {**inner_options, **parse_spec(over).options}))
     spec = str(Spec(method, options))

@@ -139,7 +139,8 @@ class CompressedExchange(Exchange):
             check_world(c, max(ctx.world_size, 1), self.word)  # fails early, one line
         self.layouts: dict[Any, list[torch.Size]] = {}
         self.gathered = GatherCount()
-        self.totals = {"dense_bytes": 0, "compress_s": 0.0, "comm_s": 0.0, "calls_exact": 0}
+        self.dense_bytes = 0                          # float32 bytes handed to this exchange
+        self.totals = {"compress_s": 0.0, "comm_s": 0.0, "calls_exact": 0}
         self.records: list[CallRecord] = []          # of the current iteration
         self.iteration = 0
         self._seen: set[tuple[Any, int]] = set()
@@ -168,7 +169,7 @@ class CompressedExchange(Exchange):
         s = self._stats
         s.calls += 1
         s.elements += flat.numel()
-        self.totals["dense_bytes"] += flat.numel() * 4
+        self.dense_bytes += flat.numel() * 4
         fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
         record = CallRecord(f"{key}:{flat.numel()}", flat.numel(), self.iteration, "",
                             submitted=time.perf_counter())
@@ -189,10 +190,10 @@ class CompressedExchange(Exchange):
                    "allgather_bytes_sent": g.data_sent,
                    "allgather_bytes_received": g.data_received,
                    "control_bytes": g.control_bytes,
-                   "dense_bytes": self.totals["dense_bytes"],
-                   "dense_ring_bytes": ring_allreduce_bytes(self.totals["dense_bytes"],
+                   "dense_bytes": self.dense_bytes,
+                   "dense_ring_bytes": ring_allreduce_bytes(self.dense_bytes,
                                                              max(self.ctx.world_size, 1)),
-                   "traffic_ratio": (ring_allreduce_bytes(self.totals["dense_bytes"],
+                   "traffic_ratio": (ring_allreduce_bytes(self.dense_bytes,
                                                            self.ctx.world_size) / payload
                                      if payload else None),
                    "compress_s": self.totals["compress_s"], "comm_s": self.totals["comm_s"],
@@ -298,7 +299,8 @@ class CompressedExchange(Exchange):
             try:
                 request = protocol.send(results)
             except StopIteration as stop:
-                return stop.value
+                outcome: Outcome = stop.value
+                return outcome
 
     def _perform(self, request: Round, rec: CallRecord) -> list[torch.Tensor]:
         world = max(self.ctx.world_size, 1)

@@ -198,13 +198,15 @@ class SparseAllreduceOp(AllreduceOp):
         send = self._arm(pos, group, e_max, now)
         # announce the exponent of the run's next group (the base announces chunk + P)
         following = int(self.exps[run[0][0]]) if run else EXP_ZERO
-        pos.header = replace(pos.header, exp=following)  # type: ignore[arg-type]
+        assert pos.header is not None  # _arm made it
+        pos.header = replace(pos.header, exp=following)
         return (send[0], pos.header, send[2])
 
     def _on_result(self, pos: _Position, hdr: Header, payload: memoryview, now: float
                    ) -> list[Send] | None:
         if not hdr.flags & SPARSE:  # a dense round of a run
-            if pos.chunk < 0 or pos.index not in self.runs or hdr.numel != pos.header.numel:  # type: ignore[union-attr]
+            if pos.chunk < 0 or pos.index not in self.runs or pos.header is None or \
+                    hdr.numel != pos.header.numel:
                 return None
             lo = pos.chunk * self.k
             dequantize_into(self.out[lo: lo + hdr.numel],

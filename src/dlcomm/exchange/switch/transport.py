@@ -64,6 +64,11 @@ class TransportStats:
     extra: dict[str, int] = field(default_factory=dict)
 
 
+def _fail(fut: torch.futures.Future[Finished], exc: BaseException) -> None:
+    # torch's stub types set_exception's argument as the Future's result type
+    fut.set_exception(exc)  # type: ignore[arg-type]
+
+
 class Transport:
     def __init__(self, sock: socket.socket, rank: int, workers: int, k: int,
                  shards: list[Shard], timing: Timing, drop_rate: float = 0.0, seed: int = 0,
@@ -86,7 +91,7 @@ class Transport:
         """Queue an all-reduce (in place on ``request.flat``); the Future says how it ended."""
         fut: torch.futures.Future[Finished] = torch.futures.Future()
         if self.broken is not None:
-            fut.set_exception(self.broken)
+            _fail(fut, self.broken)
         else:
             self._ops.put((request, fut))
         return fut
@@ -118,17 +123,17 @@ class Transport:
                 return
             request, fut = item
             if self.broken is not None:
-                fut.set_exception(self.broken)
+                _fail(fut, self.broken)
                 continue
             try:
                 finished = self._run_op(request, view, buf)
             except ExchangeError as exc:
                 self.broken = exc  # the job's slot rounds may now differ between workers
-                fut.set_exception(exc)
+                _fail(fut, exc)
                 continue
             except Exception as exc:  # noqa: BLE001 (reported through the Future)
                 self.broken = ExchangeError(f"switch client failed: {exc!r}")
-                fut.set_exception(self.broken)
+                _fail(fut, self.broken)
                 continue
             self.stats.ops += 1
             fut.set_result(finished)

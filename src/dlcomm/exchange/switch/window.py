@@ -109,7 +109,7 @@ class RttEstimator:
         t = self.timing
         base = max(self.FACTOR * min(self.samples), self.MEDIAN_FACTOR * self._median) \
             if self.samples else t.initial_timeout_s
-        return min(t.max_timeout_s, max(t.min_timeout_s, base) * 2 ** backoff)
+        return float(min(t.max_timeout_s, max(t.min_timeout_s, base) * 2.0 ** backoff))
 
 
 @dataclass
@@ -148,16 +148,16 @@ class AllreduceOp:
     shards: list[Shard]
     seqs: list[list[int]]            # per shard, per slot: the job's next sequence number
     timing: Timing = field(default_factory=Timing)
-    rtt: RttEstimator | None = None
+    rtt: RttEstimator | None = None  # shared across ops (the transport's); None: a new one
 
     def __post_init__(self) -> None:
         if self.data.dtype != np.float32 or self.out.dtype != np.float32:
             raise ExchangeError("the switch exchange sums float32 tensors")
-        self.rtt = self.rtt or RttEstimator(self.timing)
+        self.timer = self.rtt or RttEstimator(self.timing)
         self.chunks = -(-len(self.data) // self.k)
-        self.exps = self._prepare()
-        if self.exps is None:
-            self.exps = chunk_exponents(self.data, self.k) if self.chunks else np.zeros(0, np.int32)
+        prepared = self._prepare()
+        self.exps: np.ndarray = prepared if prepared is not None else (
+            chunk_exponents(self.data, self.k) if self.chunks else np.zeros(0, np.int32))
         order = [(s, slot) for slot in range(max(sh.slots for sh in self.shards))
                  for s, sh in enumerate(self.shards) if slot < sh.slots]
         self.positions = [_Position(i, s, slot) for i, (s, slot) in enumerate(order[: self.chunks])]
@@ -187,13 +187,13 @@ class AllreduceOp:
     def _send(self, pos: _Position, now: float, probe: bool = False) -> Send:
         shard = self.shards[pos.shard]
         pos.sent_at = now
-        pos.deadline = now + self.rtt.timeout(pos.retries)  # type: ignore[union-attr]
+        pos.deadline = now + self.timer.timeout(pos.retries)
         assert pos.header is not None
         if probe:
             pos.probed = True
             flags = pos.header.flags | PROBE | (RESEND if pos.complete_seen else 0)
             return (shard.address, replace(pos.header, flags=flags), b"")
-        body = memoryview(pos.payload).cast("B") if pos.payload is not None else b""
+        body = pos.payload.data.cast("B") if pos.payload is not None else b""
         return (shard.address, pos.header, body)
 
     def _arm(self, pos: _Position, chunk: int, e_max: int, now: float) -> Send:
@@ -248,7 +248,7 @@ class AllreduceOp:
             if (pos.missing >> self.rank) & 1:
                 self.retransmissions += 1  # the switch lacks our packet: send it again
                 return [self._send(pos, now)]
-            rtt = self.rtt  # type: ignore[union-attr]
+            rtt = self.timer
             # complete: the result is on its way or lost; ask again (RESEND) after about one
             # round trip. Otherwise others are still missing (stragglers, or peers recovering
             # a loss): our part is in, only the result could still be lost, so probe less
@@ -271,7 +271,7 @@ class AllreduceOp:
         if sends is None:
             return []  # not a result of this round after all
         if not probed:  # Karn: a probed round's time is not a round trip
-            self.rtt.sample(now - sent_at)  # type: ignore[union-attr]
+            self.timer.sample(now - sent_at)
         self.last_progress = now
         return sends
 
@@ -284,10 +284,10 @@ class AllreduceOp:
     def _on_result(self, pos: _Position, hdr: Header, payload: memoryview, now: float
                    ) -> list[Send] | None:
         """Dense: dequantize the chunk's sum, move the position to its next chunk."""
-        if hdr.flags & SPARSE or hdr.numel != (pos.header.numel if pos.header else 0):
+        if pos.header is None or hdr.flags & SPARSE or hdr.numel != pos.header.numel:
             return None
         if pos.chunk >= 0:
-            lo = pos.header.tsi  # type: ignore[union-attr]
+            lo = pos.header.tsi
             dequantize_into(self.out[lo: lo + hdr.numel],
                             np.frombuffer(payload, dtype=np.int32), pos.e_used, self.workers)
             nxt = pos.chunk + len(self.positions)
@@ -323,10 +323,10 @@ class AllreduceOp:
 
     def _stuck_error(self, now: float) -> ExchangeTimeout:
         stuck = [p for p in self.positions if not p.done]
-        known = [p for p in stuck if p.missing]
+        known = [(p, p.missing) for p in stuck if p.missing]
         if known:
-            p = known[0]
-            missing = [r for r in range(self.workers) if (p.missing >> r) & 1]  # type: ignore[operator]
+            p, bitmap = known[0]
+            missing = [r for r in range(self.workers) if (bitmap >> r) & 1]
             addr = self.shards[p.shard].address
             return ExchangeTimeout(
                 f"no progress for {now - self.last_progress:.1f} s: the switch at "

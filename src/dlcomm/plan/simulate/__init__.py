@@ -4,23 +4,24 @@
     out = simulate(SimConfig("gpt3-175b", "fattree", 1024, "dp=16,pp=8,tp=8"))
     out["summary"]["iteration_s"]
 
-Layers: ``algorithms`` (collectives as flow phases) -> ``network`` (flow patterns on a
-planner topology, max-min sharing) -> ``collective`` (calls, exchanges, calibration) ->
-``schedule`` (event-driven pipeline + DDP overlap on the fluid network) -> ``iteration``
-(a catalog workload as stage plans). Around them: ``sweep`` (many runs), ``calibrate`` and
-``validate`` (against the emulator), ``packet`` (the switch dataplane in virtual time),
-``reproduce`` (published comparisons), ``report`` and ``commands`` (CLI).
+Layers: ``algorithms`` (collectives as flow phases) -> ``fluid`` (flow patterns on a
+planner topology, max-min sharing) -> ``collective`` (calls, exchanges, calibration
+constants) -> ``schedule`` (event-driven pipeline + DDP overlap on the fluid network) ->
+``iteration`` (a catalog workload as stage plans). Around them: ``sweep`` (many runs),
+``calibration`` (the modelled all-reduce and the fit that measured constants come from),
+``packet`` (the switch dataplane in virtual time, over dlcomm.testing's fake network),
+``reproduce`` (published comparisons), ``report`` and ``commands`` (CLI). Pure planning
+code: no processes, no sockets; calibrating and validating against the emulator, which
+runs both, is :mod:`dlcomm.bench.calibrate` and :mod:`dlcomm.bench.validate`.
 Attributes load lazily so that ``import dlcomm.plan.simulate`` stays light.
 """
 
 from typing import Any
 
-__all__ = ["SimConfig", "simulate", "run_simulations", "ValidateConfig", "validate",
-           "packet_check", "REPRODUCTIONS"]
+__all__ = ["SimConfig", "simulate", "run_simulations", "packet_check", "REPRODUCTIONS"]
 
 _WHERE = {"SimConfig": "iteration", "simulate": "iteration", "run_simulations": "sweep",
-          "ValidateConfig": "validate", "validate": "validate", "packet_check": "packet",
-          "REPRODUCTIONS": "reproduce"}
+          "packet_check": "packet", "REPRODUCTIONS": "reproduce"}
 
 
 def __getattr__(name: str) -> Any:

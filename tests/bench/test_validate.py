@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from dlcomm.errors import ConfigError
-from dlcomm.plan.simulate import validate as validate_mod
-from dlcomm.bench.calibrate import fit, modelled_allreduce_s, star_spec
+from dlcomm.bench import validate as validate_mod
 from dlcomm.bench.validate import ValidateConfig
+from dlcomm.plan.simulate.calibration import fit, modelled_allreduce_s, star_spec
 
 
 def test_fit_recovers_overhead_and_efficiency() -> None:
@@ -72,7 +72,7 @@ def test_stream_calibration_divides_each_stream_by_its_buckets(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Stream mode runs the emulator without a model: buckets of each size handed over at
     once; the time per all-reduce is the stream's time over its buckets."""
-    from dlcomm.plan.simulate import calibrate as calibrate_mod
+    from dlcomm.bench import calibrate as calibrate_mod
     streams: list[Any] = []
 
     def fake_emulation(cfg: Any, exchanges: list[str]) -> dict[str, Any]:

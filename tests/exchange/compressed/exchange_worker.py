@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from dlcomm.compress import make_compressor  # noqa: E402
 from dlcomm.exchange.compressed import compressed_exchange  # noqa: E402
