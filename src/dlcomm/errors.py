@@ -2,13 +2,17 @@
 
     DlcommError                 anything dlcomm reports to a user as one line
      ├─ ConfigError             bad options, specs, config files, paths, ports
-     ├─ RegistryError           an unknown name in a registry (workload, exchange, ...)
+     │   └─ RegistryError       an unknown name in a registry (workload, exchange, ...)
      ├─ WorkerFailed            a worker process of a job died or raised
-     └─ ExchangeError           a gradient exchange could not complete
-         └─ ExchangeTimeout     ... because a peer or service did not answer in time
+     ├─ ExchangeError           a gradient exchange could not complete
+     │   └─ ExchangeTimeout     ... because a peer or service did not answer in time
+     ├─ Interrupted             SIGINT/SIGTERM/SIGHUP stopped a job (dlcomm.runtime.signals)
+     ├─ SwitchFull              the switch has no free slots for a job (dlcomm.switch.jobs)
+     └─ ClusterError            an ip/tc command failed (dlcomm.emulate.cluster)
 
 The CLI prints ``dlcomm: error: <message>`` and exits with ``exit_code``.
 ``OSError`` and timeouts are translated into these at the I/O edge (``raise ... from exc``).
+The tree is checked against the classes (tests/test_errors.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The one home of these formulas (the ring exchange, the compressed exchange, bandwidth
 bounds, Prague's partial all-reduce and the planner all use them). With S bytes per
-worker and n workers (docs/references.md, "Collective cost models"):
+worker and n workers (docs/references.md: collective cost models):
 
 - ring all-reduce (reduce-scatter then all-gather, as gloo runs large tensors): every worker
   sends and receives ``2 (n - 1) / n x S``;

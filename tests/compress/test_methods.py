@@ -272,3 +272,25 @@ def test_unknown_names():
         make_memory("forever")
     with pytest.raises(ConfigError, match="adaptive"):
         make_compressor("adaptive")
+
+
+@pytest.mark.parametrize("spec,n,kept", [("topk:ratio=0.07", 100, 7), ("topk:ratio=0.29", 100, 29),
+                                         ("topk:ratio=0.57", 100, 57), ("topk:ratio=0.015", 1000, 15),
+                                         ("topk:ratio=0.001", 10, 1), ("topk:ratio=1", 5, 5),
+                                         ("randomk:ratio=0.07", 100, 7),
+                                         ("randomk:ratio=0.29", 100, 29)])
+def test_kept_counts_are_exact_ceilings(spec, n, kept):
+    """k = ceil(ratio * n) on the ratio as written: 0.07 * 100 is 7.000000000000001 in floats,
+    whose ceiling (8) the old code kept."""
+    payload, _ = make_compressor(spec).compress(torch.randn(n), "t")
+    assert payload[0].numel() == kept
+
+
+def test_count_of_matches_the_exact_decimal_ceiling():
+    import math
+    from fractions import Fraction
+
+    from dlcomm.compress.base import count_of
+    for ratio in (0.07, 0.29, 0.57, 0.1, 0.3, 1e-3, 0.999, 0.5):
+        for n in (1, 7, 100, 1000, 12345):
+            assert count_of(ratio, n) == max(1, min(n, math.ceil(Fraction(str(ratio)) * n)))

@@ -62,7 +62,7 @@ def test_show_and_list(tmp_path, capsys):
       "dp=4096"], "needs 4096 accelerators"),
     (["topo", "compare", "-n", "64", "--link-rate", "fast"], "bad rate"),
     (["topo", "compare", "-n", "1"], ">= 2"),
-    (["topo", "show", "torus2d:x=4,y=4,z=3"], "no option 'z'"),
+    (["topo", "show", "torus2d:x=4,y=4,z=3"], "no option(s) ['z']"),
     (["topo", "show", "torus2d:x=4,y=4", "--allreduce-bytes", "lots"], "bad size"),
 ])
 def test_errors_are_one_line(tmp_path, capsys, args, match):

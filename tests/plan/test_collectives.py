@@ -1,4 +1,5 @@
-"""The alpha-beta models of REFERENCES.md section 7, against hand-computed values."""
+"""The alpha-beta models (docs/references.md: collective cost models), against hand-computed
+values."""
 
 import math
 
@@ -37,7 +38,7 @@ def test_rabenseifner_steps_equal_betas_is_rabenseifner():
 
 
 def test_torus_rings():
-    # REFERENCES: 2(p1+p2-2) a + 2(p1 p2 - 1)/(p1 p2) n b, k rings divide b by k
+    # docs/references.md (torus): 2(p1+p2-2) a + 2(p1 p2 - 1)/(p1 p2) n b, k rings divide b by k
     t = coll.torus_allreduce([4, 8], 32e6, A, B)
     assert t == pytest.approx(2 * 10 * A + 2 * 31 / 32 * 32e6 * B)
     t4 = coll.torus_allreduce([4, 8], 32e6, A, B, rings=4)

@@ -9,6 +9,9 @@
    top k among them; if none passed, keep the single largest;
 5. payload = (x[idx], idx), as topk (variable length).
 
+Counts (k, s and the sample's top count) are ceil(fraction x n) computed exactly on the
+fraction as written (``compress.base.count_of``: 0.07 of 100 is 7).
+
 DGC's momentum correction and factor masking are the ``dgc`` memory (memory.py); DGC's
 warm-up (exponentially rising sparsity) and local gradient clipping are left to the caller.
 """
@@ -20,7 +23,7 @@ from typing import Any
 
 import torch
 
-from dlcomm.compress.base import COMPRESSORS, Compressor, Payload, fraction
+from dlcomm.compress.base import COMPRESSORS, Compressor, Payload, count_of, fraction
 from dlcomm.registry import reject_unknown, take_option
 from dlcomm.compress.sparse import Sparsifier, sparse_payload
 from dlcomm.compress.topk import topk_indices
@@ -40,11 +43,11 @@ class DGC(Sparsifier):
 
     def compress(self, tensor: torch.Tensor, name: str) -> tuple[Payload, Any]:
         n = tensor.numel()
-        k = max(1, math.ceil(self.ratio * n))
-        s = min(n, max(MIN_SAMPLE, math.ceil(self.sample * n)))
+        k = count_of(self.ratio, n)
+        s = min(n, max(MIN_SAMPLE, count_of(self.sample, n)))
         picks = torch.randint(0, n, (s,), generator=self.gen) if s < n else None
         sampled = tensor[picks].abs() if picks is not None else tensor.abs()
-        tau = torch.topk(sampled, max(1, math.ceil(self.ratio * s)), sorted=False).values.min()
+        tau = torch.topk(sampled, count_of(self.ratio, s), sorted=False).values.min()
         idx = torch.nonzero(tensor.abs() >= tau, as_tuple=True)[0]
         if idx.numel() > OVERSHOOT * k:
             idx = idx[topk_indices(tensor[idx], k)]
@@ -53,7 +56,8 @@ class DGC(Sparsifier):
         return sparse_payload(tensor, idx), n
 
 
-@COMPRESSORS.register("dgc", "DGC: top-ratio by a sampled threshold (ratio=0.01, sample=0.01)")
+@COMPRESSORS.register("dgc", "DGC: top-ratio by a sampled threshold (ratio=0.01, sample=0.01; "
+                      "counts are ceil(ratio*n), exact)")
 def _make(**options: str) -> Compressor:
     owner = "compressor 'dgc'"
     ratio = take_option(options, "ratio", float, 0.01, owner, fraction, "0 < ratio <= 1")

@@ -1,4 +1,5 @@
-"""``none``: the identity; the baseline every method is compared with (REFERENCES.md section 3)."""
+"""``none``: the identity; the baseline every method is compared with (GRACE,
+docs/references.md)."""
 
 from __future__ import annotations
 

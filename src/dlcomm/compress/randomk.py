@@ -1,5 +1,6 @@
 """``randomk``: k = ceil(ratio * n) elements at indices every worker draws from a shared seed
-(Stich et al., NeurIPS'18; Konecny & Richtarik 2018).
+(Stich et al., NeurIPS'18; Konecny & Richtarik 2018). k is computed exactly on the ratio as
+written (0.07 of 100 elements keeps 7), at least 1 and at most n.
 
 1. every worker seeds a generator with (seed, tensor name, call number) and draws the same k
    distinct indices (a random permutation's first k): no indices travel;
@@ -17,7 +18,7 @@ from typing import Any
 
 import torch
 
-from dlcomm.compress.base import COMPRESSORS, Compressor, Payload, fraction
+from dlcomm.compress.base import COMPRESSORS, Compressor, Payload, count_of, fraction
 from dlcomm.registry import reject_unknown, take_option
 
 __all__ = ["RandomK", "shared_indices"]
@@ -41,7 +42,7 @@ class RandomK(Compressor):
 
     def compress(self, tensor: torch.Tensor, name: str) -> tuple[Payload, Any]:
         n = tensor.numel()
-        k = max(1, min(n, math.ceil(self.ratio * n)))
+        k = count_of(self.ratio, n)
         call = self.calls.get(name, 0)
         self.calls[name] = call + 1
         idx = shared_indices(self.seed, name, call, n, k)
@@ -57,7 +58,8 @@ class RandomK(Compressor):
         return out
 
 
-@COMPRESSORS.register("randomk", "k = ratio*n elements at shared random indices, scaled n/k "
+@COMPRESSORS.register("randomk", "k = ceil(ratio*n) elements (exact) at shared random indices, "
+                      "scaled n/k "
                       "(ratio=0.01, scale=1, seed=0); summable")
 def _make(**options: str) -> Compressor:
     owner = "compressor 'randomk'"

@@ -1,5 +1,6 @@
 """``topk``: keep the k = ceil(ratio * n) elements of largest magnitude (Aji & Heafield,
-EMNLP'17; Stich et al. "Sparsified SGD with memory", NeurIPS'18).
+EMNLP'17; Stich et al. "Sparsified SGD with memory", NeurIPS'18). k is computed exactly on
+the ratio as written (0.07 of 100 elements keeps 7), at least 1 and at most n.
 
 1. idx = the indices of the k largest |x_i| (a selection in O(n), unsorted);
 2. payload = (x[idx], idx): 8 bytes per kept element, 8k bytes in all;
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dlcomm.compress.base import COMPRESSORS, Compressor, Payload, fraction
+from dlcomm.compress.base import COMPRESSORS, Compressor, Payload, count_of, fraction
 from dlcomm.registry import reject_unknown, take_option
 from dlcomm.compress.sparse import Sparsifier, sparse_payload
 
@@ -45,11 +46,12 @@ class TopK(Sparsifier):
         self.ratio = ratio
 
     def compress(self, tensor: torch.Tensor, name: str) -> tuple[Payload, Any]:
-        k = max(1, min(tensor.numel(), math.ceil(self.ratio * tensor.numel())))
+        k = count_of(self.ratio, tensor.numel())
         return sparse_payload(tensor, topk_indices(tensor, k)), tensor.numel()
 
 
-@COMPRESSORS.register("topk", "the k = ratio*n largest magnitudes with indices (ratio=0.01)")
+@COMPRESSORS.register("topk", "the k = ceil(ratio*n) largest magnitudes (exact: 0.07 of 100 is "
+                      "7) with indices (ratio=0.01)")
 def _make(**options: str) -> Compressor:
     ratio = take_option(options, "ratio", float, 0.01, "compressor 'topk'", fraction, "0 < ratio <= 1")
     reject_unknown(options, "compressor 'topk'")

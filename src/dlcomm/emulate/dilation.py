@@ -1,6 +1,7 @@
 """Time-dilated emulation of a big model's training iteration (``dlcomm emulate``).
 
-Workers do not compute. Per iteration each worker (REFERENCES.md section 8, time dilation):
+Workers do not compute. Per iteration each worker (time dilation; docs/references.md:
+simulation and emulation):
 
 1. waits the model's forward time x K;
 2. walks backward in DDP's bucket order: waits until bucket b's gradients would be ready

@@ -1,4 +1,5 @@
-"""Bandwidth lower bounds of an all-reduce, per exchange (REFERENCES.md sections 1 and 7).
+"""Bandwidth lower bounds of an all-reduce, per exchange (docs/references.md: SwitchML;
+collective cost models).
 
 With S bytes per worker and n workers on links of rate B (bit/s, each direction):
 

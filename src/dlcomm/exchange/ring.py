@@ -1,8 +1,8 @@
 """``ring``: torch.distributed's all-reduce (gloo on CPU), the baseline of every comparison.
 
 Gloo runs large all-reduces as a chunked ring, so each worker sends and receives
-2(n-1)/n of the tensor (REFERENCES.md section 7). torch does not expose its socket
-counters, so the byte counts are *modelled* from that formula and labelled so; the emulated
+2(n-1)/n of the tensor (docs/references.md: collective cost models). torch does not expose
+its socket counters, so the byte counts are *modelled* from that formula and labelled so; the emulated
 network adds true wire bytes from interface counters.
 """
 

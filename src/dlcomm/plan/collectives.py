@@ -1,4 +1,5 @@
-"""Alpha-beta cost models of collectives (REFERENCES.md section 7), as pure functions.
+"""Alpha-beta cost models of collectives, as pure functions (docs/references.md:
+collective cost models).
 
 Every function returns seconds for ``p`` ranks and a message of ``n`` bytes per rank, with
 ``alpha`` the per-message latency (s), ``beta`` the time per byte on the link a rank uses
@@ -13,7 +14,7 @@ Every function returns seconds for ``p`` ranks and a message of ``n`` bytes per 
 - all-to-all:           (p-1) a + (p-1)/p n b (pairwise); bounds (p-1)/p n / B_inj and
                         (p n / 4) / B_bisection
 - in-network aggregation: T ~ n / B: each rank sends n once and receives n once
-  (SwitchML, REFERENCES.md section 1), plus the latency of the switch levels.
+  (docs/references.md: SwitchML), plus the latency of the switch levels.
 
 The planner (``dlcomm.plan.bandwidth``, ``dlcomm.plan.commtime``) and the simulator call
 these directly; ``bus_bandwidth`` turns a time into NCCL's "bus bandwidth" convention.

@@ -2,7 +2,7 @@
 
 All prices are US dollars for 400 Gb/s-class parts (one port, one cable, one link).
 None of them is a quoted list price: the HammingMesh paper's prices are marked
-unverified in REFERENCES.md section 6, and street prices move by 2x within a year, so
+unverified in docs/references.md (HammingMesh), and street prices move by 2x within a year, so
 every default below is marked *unverified* with the reasoning behind it. Ratios between
 topologies (what the planner compares) depend on the ratios between these prices; rerun
 with ``--prices FILE`` to use your own quotes::
@@ -48,7 +48,7 @@ class Prices:
 SOURCES: dict[str, str] = {
     "switch_port": "unverified: a 64 x 400G switch (25.6 Tb/s ASIC class) at roughly "
                    "$40-50k, i.e. ~$700 per port; the HammingMesh paper prices switch "
-                   "ports too, with figures REFERENCES.md marks unverified",
+                   "ports too, with figures docs/references.md marks unverified",
     "dac": "unverified: 400G QSFP-DD passive DAC of 1-3 m at ~$150-250 from third-party "
            "optics vendors' catalogues",
     "aoc": "unverified: 400G QSFP-DD active optical cable of 10-30 m at ~$700-1100 from "

@@ -1,8 +1,8 @@
 """Deep-learning traffic per iteration: which collectives, how big, how often.
 
 For a model's layer table (``dlcomm.workloads.catalog``) and a parallelism DP x PP x TP
-(+ MoE expert parallelism EP, + DLRM-style sharded embeddings), following REFERENCES.md
-section 6:
+(+ MoE expert parallelism EP, + DLRM-style sharded embeddings), following the HammingMesh
+paper (docs/references.md):
 
 - pipeline (PP): layers are cut into ``pp`` contiguous stages of about equal forward
   FLOPs, each cut moved (within a quarter stage) to the smallest activation; at every stage boundary each micro-batch sends its activations forward and their

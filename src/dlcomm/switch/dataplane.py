@@ -3,7 +3,7 @@
 Per job slot there are two copies (a slot round with sequence number ``seq`` uses copy
 ``seq % 2``); each copy holds an int32 accumulator of k elements, the maximum of announced
 exponents, a count of missing contributions and a bitmap of the workers that contributed
-(REFERENCES.md section 1, SwitchML). For a DATA packet from worker w:
+(docs/references.md: SwitchML). For a DATA packet from worker w:
 
 1. drop it (and count why) if it is malformed, foreign, of an unknown job, carries a wrong
    key, comes from an address not registered for worker w, names a slot outside the job's

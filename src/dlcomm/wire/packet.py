@@ -1,4 +1,4 @@
-"""Packets of the aggregation protocol (SwitchML-style, REFERENCES.md section 1).
+"""Packets of the aggregation protocol (SwitchML-style; docs/references.md).
 
 Every packet is one UDP datagram: a 32-byte little-endian header and a payload.
 

@@ -1,6 +1,6 @@
 """Fixed-point quantization so that a switch that only adds int32 can sum float32 gradients.
 
-SwitchML's scheme (REFERENCES.md section 1), with a power-of-two scale:
+SwitchML's scheme (docs/references.md: SwitchML), with a power-of-two scale:
 
 1. each worker computes, per chunk, the exponent e with 2^e > max|x| (``frexp``); an
    all-zero chunk has :data:`EXP_ZERO`, a chunk with NaN/Inf :data:`EXP_NONFINITE`;

@@ -1,4 +1,4 @@
-"""Sparse block encoding for streaming aggregation (OmniReduce, REFERENCES.md section 2).
+"""Sparse block encoding for streaming aggregation (OmniReduce; docs/references.md).
 
 A tensor is cut into blocks of b elements; m consecutive blocks form a *group*, which is
 exactly a dense chunk (m x b = k), so a group is quantized with the same exponent in both

@@ -131,7 +131,7 @@ def _speedups(name: str, batch: int) -> dict[str, float]:
 @pytest.mark.parametrize("batch", [128, 256])
 @pytest.mark.parametrize("name", MUST_SHOW)
 def test_speedups_over_data_parallel_are_ordered(name, batch):
-    """TPU-v2 + TPU-v3 array: AccPar >= HyPar >= OWT >= 1 (REFERENCES.md section 5)."""
+    """TPU-v2 + TPU-v3 array: AccPar >= HyPar >= OWT >= 1 (docs/references.md: AccPar)."""
     speedup = _speedups(name, batch)
     assert speedup["accpar"] >= speedup["hypar"] >= speedup["owt"] >= 1.0
     assert speedup["accpar"] > 1.5

@@ -1,4 +1,4 @@
-"""Layouts and transitions against REFERENCES.md section 5 and against cell counting."""
+"""Layouts and transitions against AccPar's tables (docs/references.md) and cell counting."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from dlcomm.plan.partition.layouts import (IN_LAYOUT, OUT_LAYOUT, Layout, PartTy
 I, II, III = PartType.I, PartType.II, PartType.III
 HALF = np.array([0.5, 0.5])
 
-# REFERENCES.md section 5, transition previous -> current, as (share of |F|, share of |E|)
+# AccPar (docs/references.md), transition previous -> current, as (share of |F|, share of |E|)
 # one of two equal sides receives.
 PAPER = {(I, I): (0, 0), (II, III): (0, 0), (III, II): (0, 0),
          (I, II): (0.25, 0.25), (III, I): (0.25, 0.25),

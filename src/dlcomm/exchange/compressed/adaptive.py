@@ -2,8 +2,8 @@
 
 Candidates, from lossless to most lossy: ``none``, ``fp16``, ``powersgd`` (rank r) and
 ``topk`` (ratio k), all with error feedback (residual memory unless ``--memory`` names
-another). The model (REFERENCES.md section 3: compression pays only where communication is
-exposed and the network slow):
+another). The model (GRACE and its successors, docs/references.md: compression pays only where
+communication is exposed and the network slow):
 
 1. measure, per collective, (bytes this worker sent, seconds); the latency alpha is the
    median time of recent tiny collectives (< 4 KiB, including the small all-reduce of

@@ -3,7 +3,7 @@
 The same window, timers, probes and retransmission as the dense :class:`AllreduceOp`; what
 changes is what a round carries. Groups of m blocks of b elements are the dense chunks
 (m x b = k), and window position p owns the groups g = p, p + P, p + 2P, ... Per position
-(REFERENCES.md section 2):
+(docs/references.md: OmniReduce):
 
 1. an announce round (no values) tells the switch each worker's look-ahead: its next
    ``LOOKAHEAD`` groups that hold a non-zero block, each with its exponent and its count of

@@ -3,7 +3,7 @@
 One :class:`AllreduceOp` sums a float32 tensor over all workers through one or more
 switch shards. The tensor is cut into chunks of k elements; the job's slots on every shard
 form a window of P positions, and chunk j uses position j mod P (positions alternate
-between shards, so shards share the load). Per position (REFERENCES.md section 1):
+between shards, so shards share the load). Per position (docs/references.md: SwitchML):
 
 1. an exponent-only round (no payload) announces the exponent of the position's first
    chunk (and, in ``tsi``, the tensor's length, so that workers whose tensors differ fail

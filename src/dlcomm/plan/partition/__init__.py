@@ -8,7 +8,7 @@
 
 Modules, one algorithm each (docs/partition.md has the model and its assumptions):
 
-- layouts.py    partition types I/II/III, layouts, transitions and joins (REFERENCES.md s. 5)
+- layouts.py    partition types I/II/III, layouts, transitions and joins (AccPar)
 - graph.py      a catalog layer table as conv/linear nodes with input and join edges
 - costs.py      cost of every (layer, type) and edge at one split; the split-ratio closed form
 - dp.py         exact dynamic programme over the layer graph (and brute force)

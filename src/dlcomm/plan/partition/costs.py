@@ -4,7 +4,7 @@ A node splits its sub-problem between p sides (p = 2 in AccPar's binary hierarch
 has aggregate throughput ``P_k`` (FLOP/s, the sum over its devices of peak x efficiency)
 and bandwidth ``b_k`` (bytes/s across this split: its devices' links added up). With the
 node's sub-problem of layer l (batch ``B'``, C_in share ``fin``, C_out share ``fout``),
-sizes in elements are (REFERENCES.md section 5):
+sizes in elements are (docs/references.md: AccPar):
 
     |W| = params fin fout            |F_l| = |E_l| = in_elems B' fin
     |F_{l+1}| = |E_{l+1}| = out_elems B' fout

@@ -3,7 +3,7 @@
 The cost of an assignment ``t`` of types to layers is ``sum_l U[l, t_l] + sum_e
 M_e[t_src(e), t_dst(e)]``: a layer term (compute and intra-layer communication) and one
 term per edge (transitions between consecutive layers and residual joins). On a chain this
-is AccPar's recurrence (REFERENCES.md section 5)
+is AccPar's recurrence (docs/references.md: AccPar)
 
     cost[l][t] = U[l, t] + min_t' (cost[l-1][t'] + M_(l-1,l)[t', t]),
 

@@ -1,8 +1,8 @@
 """A catalog layer table as the graph AccPar partitions: conv/linear nodes and their edges.
 
-Only convolutions and linear layers are partitioned (REFERENCES.md section 5 models a layer
-as a matrix product). Every other layer (batch norm, pooling, attention core, embedding,
-activations already folded by the catalog) *follows the partition of the layer whose output
+Only convolutions and linear layers are partitioned (AccPar models a layer as a matrix
+product; docs/references.md). Every other layer (batch norm, pooling, attention core,
+embedding, activations already folded by the catalog) *follows the partition of the layer whose output
 it consumes*, its **owner**:
 
 - its FLOPs are added to the owner's and are split with the owner's output (types I and

@@ -1,6 +1,6 @@
 """Hierarchical partitioning of a network over 2^k heterogeneous devices, and its baselines.
 
-AccPar (REFERENCES.md section 5) partitions recursively: the device list is split in two
+AccPar (docs/references.md) partitions recursively: the device list is split in two
 halves, one type and one split ratio is chosen per layer for that split, and each half
 repeats the search on its own part of every layer, down to single devices (7 levels for
 128). Steps of :func:`plan`:

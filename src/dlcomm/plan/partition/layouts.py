@@ -1,6 +1,6 @@
 """The three partition types of a layer, the layouts they need and make, and what moves.
 
-AccPar (HPCA'20; REFERENCES.md section 5) sees layer l as a matrix product
+AccPar (HPCA'20; docs/references.md) sees layer l as a matrix product
 ``F_l (B x C_in) . W_l (C_in x C_out) = F_{l+1} (B x C_out)``; backward computes
 ``E_l = E_{l+1} . W_l^T`` and ``dW_l = F_l^T . E_{l+1}``. A convolution multiplies the
 activations by the feature-map area and the weights by K^2. Splitting the product between
@@ -18,9 +18,9 @@ Errors flow the other way in the same layouts: a layer makes E_l in the layout i
 F_l in, and needs E_{l+1} in the layout it makes F_{l+1} in (type III reduces its partial
 E_l to FULL; type II needs the whole E_{l+1}). A *transition* between a producer and a
 consumer therefore converts F from ``OUT[t_prev]`` to ``IN[t]`` and E from ``IN[t]`` back
-to ``OUT[t_prev]``; with two equal sides this gives exactly AccPar's table (REFERENCES.md
-section 5): I->I, II->III, III->II: 0; I->II, III->I: 0.25(|F|+|E|); I->III, III->III: 0.5|F|;
-II->I, II->II: 0.5|E| (a test derives it). A residual *join* adds a source's output to the
+to ``OUT[t_prev]``; with two equal sides this gives exactly AccPar's table
+(docs/references.md): I->I, II->III, III->II: 0; I->II, III->I: 0.25(|F|+|E|); I->III,
+III->III: 0.5|F|; II->I, II->II: 0.5|E| (a test derives it). A residual *join* adds a source's output to the
 joining layer's output, so it converts ``OUT[t_src]`` <-> ``OUT[t_join]`` both ways.
 
 A layout's shares are fractions per side, in rank order: side k holds the interval
@@ -107,7 +107,7 @@ def transition(prev: PartType, prev_shares: np.ndarray, cur: PartType,
     """Fractions of ``|F| (= |E|)`` each side receives and sends between producer and consumer.
 
     Forward, F goes from ``OUT[prev]`` to ``IN[cur]``; backward, E goes from ``IN[cur]``
-    back to ``OUT[prev]`` (REFERENCES.md section 5, the transition table).
+    back to ``OUT[prev]`` (docs/references.md: AccPar, the transition table).
     """
     f_recv, f_sent = convert(OUT_LAYOUT[prev], prev_shares, IN_LAYOUT[cur], cur_shares)
     e_recv, e_sent = convert(IN_LAYOUT[cur], cur_shares, OUT_LAYOUT[prev], prev_shares)

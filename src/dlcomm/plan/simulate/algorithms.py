@@ -6,8 +6,9 @@ stands for the aggregating switch) with relative ``weight`` s. Over the whole ph
 flow of weight w carries ``w * fraction * n`` bytes, where n is the collective's message
 size per rank. Every step pays one message latency. Phases run one after another.
 
-Algorithms (REFERENCES.md section 7; the closed forms of ``dlcomm.plan.collectives`` are
-what these phases give on a non-blocking network, which the tests check):
+Algorithms (docs/references.md: collective cost models; the closed forms of
+``dlcomm.plan.collectives`` are what these phases give on a non-blocking network, which the
+tests check):
 
 - ``ring``: reduce-scatter + all-gather around the ring, split over both directions
   (each rank sends to i+1 and i-1, half of the data each): 2(g-1) steps, each flow carries

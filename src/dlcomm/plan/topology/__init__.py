@@ -39,7 +39,7 @@ TOPOLOGIES.register("dragonfly")(make_dragonfly)
 TOPOLOGIES.register("hyperx2d")(make_hyperx)
 TOPOLOGIES.register("hxmesh")(make_hxmesh)
 
-# The comparison of REFERENCES.md section 6, sized by ``sized_spec``.
+# The HammingMesh paper's comparison (docs/references.md), sized by ``sized_spec``.
 COMPARE_SET = ("fattree", "fattree:taper=0.5", "fattree:taper=0.75", "dragonfly",
                "torus2d", "torus3d", "hyperx2d", "hxmesh:a=2", "hxmesh:a=4")
 

@@ -3,8 +3,8 @@
 Sizing and wiring: ``dlcomm.plan.topology.clos`` (all ports of an accelerator on one
 leaf). ``taper`` is the fraction of leaf up-link bandwidth removed: up/down = 1 - taper,
 so ``taper=0.5`` is the "50% tapered" tree and ``taper=0.75`` keeps a quarter
-(REFERENCES.md section 6). With two or more levels the accelerator count is rounded up
-to whole leaves.
+(docs/references.md: HammingMesh). With two or more levels the accelerator count is
+rounded up to whole leaves.
 
 Closed forms (P ports of rate r, N accelerators, L1 leaves with u up links):
 

@@ -1,4 +1,4 @@
-"""HammingMesh Hx{a}Mesh (Hoefler et al., SC'22; REFERENCES.md section 6), and 2D HyperX.
+"""HammingMesh Hx{a}Mesh (Hoefler et al., SC'22; docs/references.md), and 2D HyperX.
 
 Boards of a x b accelerators wired as a 2D mesh in board traces; boards in an x x y grid.
 Every global row of accelerators (board row Y, local row j) is joined by a non-blocking

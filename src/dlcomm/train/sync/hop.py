@@ -34,7 +34,7 @@ Finishing: a worker that stops tells its neighbours, which then drop it from the
 and update requirements (the gap bound holds between workers that are still running) and
 stop at the end of their current iteration (the first worker to finish ends the run).
 
-*Unverified:* REFERENCES.md section 4 marks this per-step reconstruction as not checked
+*Unverified:* docs/references.md (Hop) marks this per-step reconstruction as not checked
 against the paper text (the order of send/compute/receive, the skip target and the
 uniform weights are our choices).
 """

@@ -31,8 +31,8 @@ Ending: the first worker to finish its steps ends the run. From then on the GG c
 new groups; a worker still receives the groups that were created with it (their other
 members are, or will be, waiting in them), then a stop.
 
-*Unverified:* REFERENCES.md section 4 names Prague's Group Buffer and Group Division but not
-their exact rules; the ``buffer`` generator and the static schedule above are our
+*Unverified:* the Prague paper (docs/references.md) names its Group Buffer and Group Division
+but not their exact rules; the ``buffer`` generator and the static schedule above are our
 reconstruction. Prague reports 1.2x over All-Reduce homogeneous and 4.4x heterogeneous.
 """
 
