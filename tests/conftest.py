@@ -48,7 +48,7 @@ class UnusedPort:
         self.sock.bind(("127.0.0.1", 0))
         self.port = int(self.sock.getsockname()[1])
 
-    def __enter__(self) -> "UnusedPort":
+    def __enter__(self) -> UnusedPort:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -3,8 +3,14 @@ import json
 import pytest
 
 from dlcomm.errors import ConfigError
-from dlcomm.results import (SCHEMA, check_writable, new_result, validate_result, write_atomic,
-                            write_json)
+from dlcomm.results import (
+    SCHEMA,
+    check_writable,
+    new_result,
+    validate_result,
+    write_atomic,
+    write_json,
+)
 
 
 def test_new_result_has_versions_and_host():

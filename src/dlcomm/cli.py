@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -57,7 +58,8 @@ def train_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--straggler", help="Slower workers: RANK:FACTOR or random:p=P,x=FACTOR."),
         click.option("--compute-ms", type=float, help="Emulated compute time per step (ms)."),
         click.option("--quiet", is_flag=True, default=None, help="No progress bar or table."),
-        click.option("--fault", hidden=True, help="Fault injection: RANK:STEP:raise|exit|kill|hang."),
+        click.option("--fault", hidden=True,
+                     help="Fault injection: RANK:STEP:raise|exit|kill|hang."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -78,10 +80,10 @@ def _train_config(config_file: str | None, json_path: str | None, **cli_values: 
 @train_options
 def train(switch: str | None, switch_shards: int, drop_rate: float, **values: Any) -> None:
     """Train a workload on N workers (DDP over gloo, env:// rendezvous)."""
-    from dlcomm.exchange import EXCHANGES
     from dlcomm.emulate.placement import NetworkOptions, placement
-    from dlcomm.runtime.launcher import launch
+    from dlcomm.exchange import EXCHANGES
     from dlcomm.results import check_writable
+    from dlcomm.runtime.launcher import launch
     from dlcomm.switch.service import switches_for_job
     from dlcomm.train.sync import check_sync
     from dlcomm.workloads import WORKLOADS
@@ -185,13 +187,12 @@ def compare(results: tuple[str, ...], plot: str | None) -> None:
 
 def _register_commands() -> None:
     """Command groups that live with their packages (each imports its heavy parts lazily)."""
-    from dlcomm.bench.commands import bench
+    from dlcomm.bench.commands import bench, calibrate_cmd, validate_cmd
     from dlcomm.emulate.commands import cluster, emulate
     from dlcomm.plan.commands import topo
-    from dlcomm.switch.commands import switch
     from dlcomm.plan.partition.commands import partition
-    from dlcomm.bench.commands import calibrate_cmd, validate_cmd
     from dlcomm.plan.simulate.commands import simulate
+    from dlcomm.switch.commands import switch
     from dlcomm.workloads.commands import workloads
 
     for command in (workloads, cluster, emulate, switch, bench, topo, partition, simulate):

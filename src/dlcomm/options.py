@@ -1,8 +1,10 @@
-"""Command-line options shared by several commands (kept apart so command modules can import them)."""
+"""Command-line options shared by several commands (kept apart so that command modules can
+import them)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 

@@ -8,8 +8,9 @@ and passes keyword options: ``synthetic:tensors=4,numel=1M``.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
+from typing import Any, Generic, TypeVar
 
 from dlcomm.errors import ConfigError, RegistryError
 

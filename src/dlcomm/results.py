@@ -21,8 +21,9 @@ import os
 import platform
 import socket
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 
@@ -57,7 +58,7 @@ def host_facts() -> dict[str, Any]:
 def new_result(kind: str, config: dict[str, Any]) -> dict[str, Any]:
     """A result skeleton with config, versions and host facts filled in."""
     return {"schema": SCHEMA, "kind": kind,
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "config": {**config, "versions": versions(), "host": host_facts()},
             "summary": {}}
 

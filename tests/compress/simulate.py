@@ -27,7 +27,8 @@ def simulate(compressors: list[Compressor], tensors: list[torch.Tensor], name: s
                 if requests[0].op == "max":
                     answers.append(torch.stack(parts).amax(dim=0))
                 elif parts[0].dtype.is_floating_point:
-                    answers.append(torch.stack([p.double() for p in parts]).sum(0).to(parts[0].dtype))
+                    total = torch.stack([p.double() for p in parts]).sum(0)
+                    answers.append(total.to(parts[0].dtype))
                 else:
                     answers.append(torch.stack([p.to(torch.int64) for p in parts]).sum(0))
             outcomes, nexts = [], []

@@ -9,12 +9,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlcomm.compress import COMPRESSORS, MEMORIES, make_compressor, make_memory, run_local
-from dlcomm.compress.packing import decode_payload, encode_payload
-from dlcomm.exchange.compressed.exchange import check_world
-from dlcomm.compress.packing import (lane_bits, lanes_per_word, pack_lanes, pack_signs,
-                                     unpack_lane_sums, unpack_signs)
+from dlcomm.compress.packing import (
+    decode_payload,
+    encode_payload,
+    lane_bits,
+    lanes_per_word,
+    pack_lanes,
+    pack_signs,
+    unpack_lane_sums,
+    unpack_signs,
+)
 from dlcomm.compress.powersgd import orthogonalize, plan_layout
 from dlcomm.errors import ConfigError, RegistryError
+from dlcomm.exchange.compressed.exchange import check_world
 from tests.compress.simulate import simulate
 
 ALL = ["none", "fp16", "bf16", "topk", "randomk", "threshold", "dgc", "qsgd", "terngrad",
@@ -274,11 +281,10 @@ def test_unknown_names():
         make_compressor("adaptive")
 
 
-@pytest.mark.parametrize("spec,n,kept", [("topk:ratio=0.07", 100, 7), ("topk:ratio=0.29", 100, 29),
-                                         ("topk:ratio=0.57", 100, 57), ("topk:ratio=0.015", 1000, 15),
-                                         ("topk:ratio=0.001", 10, 1), ("topk:ratio=1", 5, 5),
-                                         ("randomk:ratio=0.07", 100, 7),
-                                         ("randomk:ratio=0.29", 100, 29)])
+@pytest.mark.parametrize("spec,n,kept", [
+    ("topk:ratio=0.07", 100, 7), ("topk:ratio=0.29", 100, 29), ("topk:ratio=0.57", 100, 57),
+    ("topk:ratio=0.015", 1000, 15), ("topk:ratio=0.001", 10, 1), ("topk:ratio=1", 5, 5),
+    ("randomk:ratio=0.07", 100, 7), ("randomk:ratio=0.29", 100, 29)])
 def test_kept_counts_are_exact_ceilings(spec, n, kept):
     """k = ceil(ratio * n) on the ratio as written: 0.07 * 100 is 7.000000000000001 in floats,
     whose ceiling (8) the old code kept."""

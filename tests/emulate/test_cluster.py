@@ -33,7 +33,7 @@ def test_temporary_cluster_is_removed_after_an_exception():
 @requires_root
 def test_leafspine_cluster_connects_hosts_across_racks():
     with temporary_cluster(4, 1e9, "leafspine:2:2:2") as c:
-        code = ("import socket; s=socket.create_connection(('%s', 9)) " % c.address(3))
+        code = f"import socket; s=socket.create_connection(('{c.address(3)}', 9)) "
         # h3 listens on a port; h0 (other rack) connects through leaf0 - spine - leaf1
         server = subprocess.Popen([*c.prefix(3), sys.executable, "-c",
                                    "import socket; s=socket.create_server(('0.0.0.0', 7000));"
@@ -43,7 +43,8 @@ def test_leafspine_cluster_connects_hosts_across_racks():
                                      "import socket,time\n"
                                      "for _ in range(50):\n"
                                      "    try:\n"
-                                     f"        s=socket.create_connection(('{c.address(3)}', 7000)); break\n"
+                                     "        s=socket.create_connection("
+                                     f"('{c.address(3)}', 7000)); break\n"
                                      "    except OSError: time.sleep(0.1)\n"
                                      "print(s.recv(5).decode())"],
                                     capture_output=True, text=True, timeout=30)

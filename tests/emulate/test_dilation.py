@@ -5,7 +5,13 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dlcomm.emulate.dilation import EmulateConfig, breakdown, intervals_union, nice_dilation, schedule_for
+from dlcomm.emulate.dilation import (
+    EmulateConfig,
+    breakdown,
+    intervals_union,
+    nice_dilation,
+    schedule_for,
+)
 from dlcomm.emulate.emulation import CAPACITY_SHARE, choose_dilation
 from dlcomm.errors import ConfigError, RegistryError
 

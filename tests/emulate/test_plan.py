@@ -2,8 +2,15 @@
 
 import pytest
 
-from dlcomm.emulate.plan import (SWITCH_HOST, ClusterSpec, parse_topology, plan_cluster,
-                                 setup_commands, tbf_burst_bytes, teardown_commands)
+from dlcomm.emulate.plan import (
+    SWITCH_HOST,
+    ClusterSpec,
+    parse_topology,
+    plan_cluster,
+    setup_commands,
+    tbf_burst_bytes,
+    teardown_commands,
+)
 from dlcomm.errors import ConfigError
 
 

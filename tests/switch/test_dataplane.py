@@ -5,8 +5,18 @@ import pytest
 
 from dlcomm.switch.dataplane import Dataplane
 from dlcomm.switch.jobs import JobTable, SwitchFull, multicast_group
-from dlcomm.wire.packet import (COMPLETE, DATA, ERROR, PROBE, RESEND, RESULT, STATUS, Header,
-                                decode, encode)
+from dlcomm.wire.packet import (
+    COMPLETE,
+    DATA,
+    ERROR,
+    PROBE,
+    RESEND,
+    RESULT,
+    STATUS,
+    Header,
+    decode,
+    encode,
+)
 
 W = [("10.0.0.1", 7000), ("10.0.0.2", 7000), ("10.0.0.3", 7000)]
 
@@ -29,7 +39,8 @@ def data(dp, worker, values, slot=0, seq=0, tsi=0, exp=0, key=None, flags=0):
 
 
 def results(outputs):
-    return [(addr, hdr, np.frombuffer(bytes(body), np.int32).tolist()) for addr, hdr, body in outputs]
+    return [(addr, hdr, np.frombuffer(bytes(body), np.int32).tolist())
+            for addr, hdr, body in outputs]
 
 
 def test_sum_is_sent_to_every_worker_when_complete(dp):

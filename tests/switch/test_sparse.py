@@ -5,10 +5,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dlcomm.switch.dataplane import plan_round
+from dlcomm.switch.planning import plan_round
 from dlcomm.testing.fakenet import NetConfig, aggregate
-from dlcomm.wire.sparse import (Blocks, block_peaks, decode, encode, pack_masks,
-                                popcount, present_blocks, unpack_masks, zero_absent_blocks)
+from dlcomm.wire.sparse import (
+    Blocks,
+    block_peaks,
+    decode,
+    encode,
+    pack_masks,
+    popcount,
+    present_blocks,
+    unpack_masks,
+    zero_absent_blocks,
+)
 
 
 def sparse_inputs(n, length, b, pattern, density, seed):

@@ -6,8 +6,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dlcomm.exchange.switch.window import Timing
-from dlcomm.testing.fakenet import NetConfig, aggregate
 from dlcomm.switch.jobs import Address
+from dlcomm.testing.fakenet import NetConfig, aggregate
 from dlcomm.wire.packet import DATA, Header, encode
 from dlcomm.wire.quant import chunk_exponents, error_bound
 

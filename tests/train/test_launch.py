@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from dlcomm.volume import ring_allreduce_bytes
 from dlcomm.results import validate_result
+from dlcomm.volume import ring_allreduce_bytes
 from tests.conftest import dlcomm_cmd, processes_mentioning, run_dlcomm
 
 QUICK = ("--workload", "digits-cnn", "--epochs", "1", "--quiet")

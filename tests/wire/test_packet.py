@@ -2,8 +2,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dlcomm.wire.packet import (DATA, HEADER_SIZE, PROBE, RESULT, STATUS, Header, Malformed,
-                                decode, encode, max_elements)
+from dlcomm.wire.packet import (
+    DATA,
+    HEADER_SIZE,
+    PROBE,
+    RESULT,
+    STATUS,
+    Header,
+    Malformed,
+    decode,
+    encode,
+    max_elements,
+)
 
 headers = st.builds(Header, st.sampled_from([DATA, RESULT]), st.integers(0, 0xFFFF),
                     st.integers(0, 0xFFFF), st.integers(0, 0xFFFF), st.integers(0, 64),

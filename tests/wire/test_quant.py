@@ -8,8 +8,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from dlcomm.wire.quant import (EXP_NONFINITE, EXP_ZERO, chunk_exponents, dequantize_into,
-                               error_bound, log2_workers, quantize)
+from dlcomm.wire.quant import (
+    EXP_NONFINITE,
+    EXP_ZERO,
+    chunk_exponents,
+    dequantize_into,
+    error_bound,
+    log2_workers,
+    quantize,
+)
 
 finite32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
 

@@ -8,8 +8,13 @@ from hypothesis import strategies as st
 
 from dlcomm.errors import ConfigError
 from dlcomm.workloads.accelerators import get_accelerator
-from dlcomm.workloads.catalog import (BACKWARD_FACTOR, get_model, gradient_buckets,
-                                      iteration_time, model_buckets)
+from dlcomm.workloads.catalog import (
+    BACKWARD_FACTOR,
+    get_model,
+    gradient_buckets,
+    iteration_time,
+    model_buckets,
+)
 from dlcomm.workloads.catalog.compute import DDP_BUCKET_CAP_BYTES
 
 

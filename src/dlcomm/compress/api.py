@@ -8,9 +8,24 @@ from __future__ import annotations
 
 import torch
 
-from dlcomm.compress import (bf16, dgc, efsignsgd, fp16, natural, none, onebit,  # noqa: F401
-                             powersgd, qsgd, randomk, signsgd, signum, terngrad, threshold,
-                             topk, u8bit)
+from dlcomm.compress import (  # noqa: F401
+    bf16,
+    dgc,
+    efsignsgd,
+    fp16,
+    natural,
+    none,
+    onebit,
+    powersgd,
+    qsgd,
+    randomk,
+    signsgd,
+    signum,
+    terngrad,
+    threshold,
+    topk,
+    u8bit,
+)
 from dlcomm.compress import memory as _memory  # noqa: F401  (registers the memories)
 from dlcomm.compress.base import COMPRESSORS, MEMORIES, Compressor, Memory, Payload
 from dlcomm.compress.packing import encode_payload, lanes_per_word
@@ -25,8 +40,8 @@ def make_compressor(spec: str | Spec) -> Compressor:
     """Build the compressor named by ``spec`` (``topk:ratio=0.01``, ``powersgd:rank=4``)."""
     parsed = spec if isinstance(spec, Spec) else parse_spec(spec)
     if parsed.name == "adaptive":
-        raise ConfigError("'adaptive' chooses compressors per bucket inside an exchange; "
-                          "use dlcomm.exchange.compressed.compressed_exchange(..., 'adaptive', ...)")
+        raise ConfigError("'adaptive' chooses compressors per bucket inside an exchange; use "
+                          "dlcomm.exchange.compressed.compressed_exchange(..., 'adaptive', ...)")
     return COMPRESSORS.get(parsed.name)(**dict(parsed.options))
 
 

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import abc
 import math
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Callable, Generator, TypeVar
+from typing import Any, TypeVar
 
 import torch
 
-from dlcomm.errors import ConfigError
 from dlcomm.registry import Registry
 
 __all__ = ["Compressor", "Memory", "Round", "Outcome", "Payload", "Protocol", "COMPRESSORS",

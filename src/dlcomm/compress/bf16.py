@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 
 from dlcomm.compress.base import COMPRESSORS, Compressor
-from dlcomm.registry import reject_unknown
 from dlcomm.compress.fp16 import HalfCompressor
+from dlcomm.registry import reject_unknown
 
 __all__: list[str] = []
 

@@ -18,15 +18,14 @@ warm-up (exponentially rising sparsity) and local gradient clipping are left to 
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
 from dlcomm.compress.base import COMPRESSORS, Compressor, Payload, count_of, fraction
-from dlcomm.registry import reject_unknown, take_option
 from dlcomm.compress.sparse import Sparsifier, sparse_payload
 from dlcomm.compress.topk import topk_indices
+from dlcomm.registry import reject_unknown, take_option
 
 __all__ = ["DGC"]
 

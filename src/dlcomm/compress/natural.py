@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from dlcomm.compress.base import COMPRESSORS, Compressor, Payload
-from dlcomm.registry import reject_unknown, take_option
 from dlcomm.compress.quantizer import uniforms
+from dlcomm.registry import reject_unknown, take_option
 
 __all__ = ["Natural"]
 

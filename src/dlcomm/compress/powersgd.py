@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from dlcomm.errors import ConfigError
 from dlcomm.compress.base import COMPRESSORS, Compressor, Outcome, Payload, Protocol, Round
-from dlcomm.registry import take_option, reject_unknown
+from dlcomm.errors import ConfigError
+from dlcomm.registry import reject_unknown, take_option
 
 __all__ = ["PowerSGD", "orthogonalize", "Layout", "plan_layout"]
 

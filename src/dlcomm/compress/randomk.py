@@ -12,7 +12,6 @@ written (0.07 of 100 elements keeps 7), at least 1 and at most n.
 
 from __future__ import annotations
 
-import math
 import zlib
 from typing import Any
 

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from dlcomm.compress.base import COMPRESSORS, Compressor, Payload
-from dlcomm.registry import reject_unknown
 from dlcomm.compress.packing import pack_signs, unpack_signs
+from dlcomm.registry import reject_unknown
 
 __all__ = ["SignSGD"]
 

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 
 from dlcomm.compress.base import COMPRESSORS, Compressor, Payload
-from dlcomm.registry import reject_unknown, take_option
 from dlcomm.compress.signsgd import SignSGD
+from dlcomm.registry import reject_unknown, take_option
 
 __all__ = ["Signum"]
 

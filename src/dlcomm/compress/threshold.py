@@ -17,8 +17,8 @@ from typing import Any
 import torch
 
 from dlcomm.compress.base import COMPRESSORS, Compressor, Payload, positive
-from dlcomm.registry import reject_unknown, take_option
 from dlcomm.compress.sparse import Sparsifier, sparse_payload
+from dlcomm.registry import reject_unknown, take_option
 
 __all__ = ["Threshold"]
 

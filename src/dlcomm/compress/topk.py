@@ -12,15 +12,14 @@ which sends the dropped part later, so that the sum over steps is preserved.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 import torch
 
 from dlcomm.compress.base import COMPRESSORS, Compressor, Payload, count_of, fraction
-from dlcomm.registry import reject_unknown, take_option
 from dlcomm.compress.sparse import Sparsifier, sparse_payload
+from dlcomm.registry import reject_unknown, take_option
 
 __all__ = ["TopK", "topk_indices"]
 
@@ -53,6 +52,7 @@ class TopK(Sparsifier):
 @COMPRESSORS.register("topk", "the k = ceil(ratio*n) largest magnitudes (exact: 0.07 of 100 is "
                       "7) with indices (ratio=0.01)")
 def _make(**options: str) -> Compressor:
-    ratio = take_option(options, "ratio", float, 0.01, "compressor 'topk'", fraction, "0 < ratio <= 1")
-    reject_unknown(options, "compressor 'topk'")
+    owner = "compressor 'topk'"
+    ratio = take_option(options, "ratio", float, 0.01, owner, fraction, "0 < ratio <= 1")
+    reject_unknown(options, owner)
     return TopK(ratio)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 
 from dlcomm.compress.base import COMPRESSORS, Compressor
-from dlcomm.registry import reject_unknown, take_option
 from dlcomm.compress.quantizer import StochasticQuantizer, level_dtype
+from dlcomm.registry import reject_unknown, take_option
 
 __all__ = ["EightBit"]
 

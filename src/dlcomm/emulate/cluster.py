@@ -15,15 +15,21 @@ import re
 import shutil
 import signal
 import subprocess
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
-from typing import Iterator
 
 import psutil
 
+from dlcomm.emulate.plan import (
+    PREFIX,
+    ClusterPlan,
+    ClusterSpec,
+    plan_cluster,
+    setup_commands,
+    teardown_commands,
+)
 from dlcomm.errors import ConfigError, DlcommError
-from dlcomm.emulate.plan import (PREFIX, ClusterPlan, ClusterSpec, plan_cluster,
-                                 setup_commands, teardown_commands)
 from dlcomm.runtime.signals import interrupts_ignored, interrupts_raised
 
 __all__ = ["Cluster", "temporary_cluster", "require_root", "list_namespaces",
@@ -104,7 +110,7 @@ class Cluster:
         self.plan = plan
 
     @classmethod
-    def create(cls, spec: ClusterSpec) -> "Cluster":
+    def create(cls, spec: ClusterSpec) -> Cluster:
         """Build the cluster; on any failure remove what was built and raise."""
         require_root()
         plan = plan_cluster(spec)

@@ -34,7 +34,12 @@ def cluster_up(hosts: int, bandwidth: str, topology: str, name: str) -> None:
 @click.option("--name", help="Remove only this cluster (default: every dlcomm namespace).")
 def cluster_down(name: str | None) -> None:
     """Remove emulated clusters, including leftovers of crashed runs."""
-    from dlcomm.emulate.cluster import forget_cluster, list_namespaces, remove_namespaces, require_root
+    from dlcomm.emulate.cluster import (
+        forget_cluster,
+        list_namespaces,
+        remove_namespaces,
+        require_root,
+    )
     from dlcomm.emulate.plan import PREFIX
 
     require_root()
@@ -109,7 +114,8 @@ def cluster_check(hosts: int, bandwidth: str, topology: str, seconds: float,
 
 
 @click.command()
-@click.option("--workload", required=True, help="Catalog model, e.g. resnet50 (dlcomm workloads list).")
+@click.option("--workload", required=True,
+              help="Catalog model, e.g. resnet50 (dlcomm workloads list).")
 @click.option("--workers", type=int, default=8, show_default=True)
 @click.option("--bandwidth", required=True, help="Real-scale link rate, e.g. 10gbit.")
 @click.option("--accelerator", default="v100", show_default=True, help="v100, a100, h100, ...")
@@ -134,8 +140,7 @@ def emulate(workload: str, workers: int, bandwidth: str, accelerator: str, batch
     from dlcomm.emulate.emulation import run_emulation
     from dlcomm.emulate.plan import ClusterSpec
     from dlcomm.exchange import EXCHANGES
-    from dlcomm.registry import split_specs
-    from dlcomm.registry import parse_rate
+    from dlcomm.registry import parse_rate, split_specs
     from dlcomm.results import check_writable, write_json
 
     rate = parse_rate(bandwidth)

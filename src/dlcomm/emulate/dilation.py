@@ -6,8 +6,9 @@ simulation and emulation):
 1. waits the model's forward time x K;
 2. walks backward in DDP's bucket order: waits until bucket b's gradients would be ready
    (its backward time x K) and starts an all-reduce of a real tensor of the bucket's size
-   (gradient-like values, keyed by the bucket index as DDP does) through the chosen exchange, asynchronously, so communication overlaps the remaining
-   backward computation exactly as DDP overlaps it;
+   (gradient-like values, keyed by the bucket index as DDP does) through the chosen
+   exchange, asynchronously, so communication overlaps the remaining backward computation
+   exactly as DDP overlaps it;
 3. waits the rest of backward, then for every all-reduce to finish.
 
 Links run at bandwidth / K, so the compute/communication ratio of the real cluster is
@@ -23,9 +24,10 @@ import resource
 import statistics
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -35,8 +37,12 @@ from dlcomm.exchange import EXCHANGES, ExchangeContext, make_exchange
 from dlcomm.runtime.env import WorkerEnv, process_group, set_threads, wire_bytes
 from dlcomm.workloads.accelerators import get_accelerator
 from dlcomm.workloads.catalog import get_model
-from dlcomm.workloads.catalog.compute import (DDP_BUCKET_CAP_BYTES, IterationTime, iteration_time,
-                                              model_buckets)
+from dlcomm.workloads.catalog.compute import (
+    DDP_BUCKET_CAP_BYTES,
+    IterationTime,
+    iteration_time,
+    model_buckets,
+)
 
 __all__ = ["EmulateConfig", "Schedule", "schedule_for", "worker_main", "intervals_union",
            "nice_dilation", "breakdown"]
@@ -239,7 +245,8 @@ def breakdown(cfg: EmulateConfig, sched: Schedule, gathered: list[dict[str, Any]
     }
     if "tx_bytes" in gathered[0]["records"][0]:
         summary["wire_bytes_per_host"] = [
-            {key: statistics.median(r[key] for r in w["records"]) for key in ("tx_bytes", "rx_bytes")}
+            {key: statistics.median(r[key] for r in w["records"])
+             for key in ("tx_bytes", "rx_bytes")}
             for w in gathered]
     return summary
 

@@ -5,20 +5,24 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from dlcomm.emulate.check import measure_capacity
 from dlcomm.emulate.cluster import require_root
-from dlcomm.emulate.dilation import (EmulateConfig, breakdown, config_dict, nice_dilation,
-                                     schedule_for)
-from dlcomm.emulate.placement import NetworkOptions
-from dlcomm.emulate.placement import placement
-from dlcomm.runtime.launcher import launch
+from dlcomm.emulate.dilation import (
+    EmulateConfig,
+    breakdown,
+    config_dict,
+    nice_dilation,
+    schedule_for,
+)
+from dlcomm.emulate.placement import NetworkOptions, placement
 from dlcomm.results import new_result
-from dlcomm.switch.service import switches_for_job
 from dlcomm.runtime.jobdir import job_directory
+from dlcomm.runtime.launcher import launch
+from dlcomm.switch.service import switches_for_job
 
 __all__ = ["choose_dilation", "run_emulation", "CAPACITY_SHARE"]
 

@@ -11,8 +11,8 @@ cluster, which lives as long as the :func:`placement` block.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from dlcomm.emulate.cluster import Cluster, saved_cluster, temporary_cluster
 from dlcomm.emulate.plan import SWITCH_HOST, ClusterSpec

@@ -62,7 +62,7 @@ class ClusterSpec:
 
     @classmethod
     def from_options(cls, name: str, hosts: int, bandwidth: str, topology: str = "star",
-                     mtu: int = 9000) -> "ClusterSpec":
+                     mtu: int = 9000) -> ClusterSpec:
         return cls(name, hosts, parse_rate(bandwidth), topology, mtu)
 
 
@@ -175,7 +175,8 @@ def setup_commands(plan: ClusterPlan) -> list[list[str]]:
             cmds.append(["ip", "-n", ns, "link", "set", "dev", dev, "mtu", mtu])
             if bridged:
                 cmds.append(["ip", "-n", ns, "link", "set", "dev", dev, "master", "br0"])
-            cmds += [["ip", "-n", ns, "link", "set", "dev", dev, "up"], _tbf(ns, dev, link.rate_bps)]
+            cmds += [["ip", "-n", ns, "link", "set", "dev", dev, "up"],
+                     _tbf(ns, dev, link.rate_bps)]
     for ns, addr in zip(plan.hosts, plan.addresses):
         cmds.append(["ip", "-n", ns, "addr", "add", f"{addr}/{SUBNET.prefixlen}", "dev", "eth0"])
     for ns in plan.namespaces:

@@ -8,8 +8,14 @@ all-reduce), ``switch``/``sparse-switch``/``auto`` (the aggregation switch's cli
 from dlcomm.exchange import compressed as _compressed  # noqa: F401  (registers "compressed")
 from dlcomm.exchange import ring as _ring  # noqa: F401  (registers "ring")
 from dlcomm.exchange import switch as _switch  # noqa: F401  (registers "switch", ...)
-from dlcomm.exchange.base import (EXCHANGES, Exchange, ExchangeContext, ExchangeStats,
-                                  completed_future, make_exchange)
+from dlcomm.exchange.base import (
+                                  EXCHANGES,
+                                  Exchange,
+                                  ExchangeContext,
+                                  ExchangeStats,
+                                  completed_future,
+                                  make_exchange,
+)
 from dlcomm.exchange.hook import ExchangeHookState, exchange_hook
 
 __all__ = ["EXCHANGES", "Exchange", "ExchangeContext", "ExchangeStats", "ExchangeHookState",

@@ -14,8 +14,9 @@ counts were measured on dlcomm's own sockets or modelled from the algorithm (tor
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -99,7 +100,7 @@ class Exchange(abc.ABC):
     def close(self) -> None:
         """Release sockets and services; the exchange cannot be used afterwards."""
 
-    def __enter__(self) -> "Exchange":
+    def __enter__(self) -> Exchange:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -2,8 +2,8 @@
 
 Gloo runs large all-reduces as a chunked ring, so each worker sends and receives
 2(n-1)/n of the tensor (docs/references.md: collective cost models). torch does not expose
-its socket counters, so the byte counts are *modelled* from that formula and labelled so; the emulated
-network adds true wire bytes from interface counters.
+its socket counters, so the byte counts are *modelled* from that formula and labelled so;
+the emulated network adds true wire bytes from interface counters.
 """
 
 from __future__ import annotations
@@ -12,8 +12,13 @@ import torch
 import torch.distributed as dist
 
 from dlcomm.errors import ConfigError
-from dlcomm.exchange.base import (EXCHANGES, Capabilities, Exchange, ExchangeContext,
-                                  completed_future)
+from dlcomm.exchange.base import (
+    EXCHANGES,
+    Capabilities,
+    Exchange,
+    ExchangeContext,
+    completed_future,
+)
 from dlcomm.volume import ring_allreduce_bytes
 from dlcomm.wire.sparse import Presence
 

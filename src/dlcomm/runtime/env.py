@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Iterator, Mapping
 
 import torch
 import torch.distributed as dist
@@ -51,7 +51,7 @@ class WorkerEnv:
     master_port: int
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str] = os.environ) -> "WorkerEnv":
+    def from_environ(cls, environ: Mapping[str, str] = os.environ) -> WorkerEnv:
         missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
                    if v not in environ]
         if missing:

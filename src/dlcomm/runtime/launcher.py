@@ -30,9 +30,10 @@ import contextlib
 import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from dlcomm.errors import ConfigError, WorkerFailed
 from dlcomm.runtime.failures import ERROR_FILE_VAR, Report, read_report

@@ -22,8 +22,9 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, Mapping, Sequence
+from typing import IO, Any
 
 __all__ = ["spawn", "stop", "run_child", "die_with_parent", "describe_exit", "PARENT_VAR",
            "GRACE_S", "ChildTimeout"]

@@ -72,8 +72,7 @@ def switch_stats(addr: str, as_json: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from dlcomm.switch.client import parse_addresses
-    from dlcomm.switch.client import request_once
+    from dlcomm.switch.client import parse_addresses, request_once
 
     for address in parse_addresses(addr):
         stats = request_once(address, {"op": "stats"})["stats"]

@@ -31,20 +31,34 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
 from dlcomm.switch.jobs import Address, Job, JobTable
-from dlcomm.wire.packet import (ANNOUNCE, COMPLETE, DATA, ERROR, PROBE, RESEND, RESULT, RUN,
-                                SPARSE, STATUS,
-                                HEADER_SIZE, SWITCH_RANK, Header, Malformed, decode)
-from dlcomm.wire.sparse import LOOKAHEAD, Blocks, data_width, popcount, signed32, unpack_masks
+from dlcomm.switch.planning import Plan, plan_round
+from dlcomm.wire.packet import (
+    ANNOUNCE,
+    COMPLETE,
+    DATA,
+    ERROR,
+    HEADER_SIZE,
+    PROBE,
+    RESEND,
+    RESULT,
+    RUN,
+    SPARSE,
+    STATUS,
+    SWITCH_RANK,
+    Header,
+    Malformed,
+    decode,
+)
+from dlcomm.wire.quant import EXP_ZERO
+from dlcomm.wire.sparse import LOOKAHEAD, Blocks, data_width, signed32, unpack_masks
 from dlcomm.wire.sparse import decode as decode_sparse
 from dlcomm.wire.sparse import encode as encode_sparse
-from dlcomm.wire.quant import EXP_ZERO
 
-__all__ = ["Dataplane", "Output", "Plan", "SlotCopy", "plan_round"]
+__all__ = ["Dataplane", "Output", "SlotCopy"]
 
 Output = tuple[Address, Header, bytes | memoryview]
 ERROR_REPLY_INTERVAL_S = 0.1
@@ -82,59 +96,6 @@ class _Stream:
         self.pending = Plan.nothing(0)
 
 
-class Plan(NamedTuple):
-    """A sparse round: its groups (sorted), their agreed exponents, the blocks that will
-    arrive in them (the union of the announced masks), and whether the groups are a dense
-    run instead."""
-
-    groups: np.ndarray        # int64 (g,)
-    exps: np.ndarray          # int64 (g,)
-    union: np.ndarray         # bool (g, m)
-    run: bool
-
-    @classmethod
-    def nothing(cls, m: int) -> Plan:
-        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, m), bool), False)
-
-
-def plan_round(looks: list[np.ndarray], m: int, capacity: int, lookahead: int) -> Plan:
-    """The next sparse round from every worker's look-ahead (pure).
-
-    Each look-ahead row is (group, exponent, block mask words of m bits...), the worker's
-    next non-zero groups in order, at most ``lookahead`` of them.
-
-    1. only groups up to the smallest last entry of any full look-ahead may be chosen (a
-       worker with a full look-ahead may have more groups beyond its last announced one);
-    2. take the smallest announced groups in order, at least one, while the union of the
-       workers' blocks in them stays within ``capacity`` blocks, so the result fits one
-       datagram (each worker's own blocks are a subset: its contribution fits too);
-    3. a group's exponent is the largest announced for it (every worker contributes to
-       every round, those without data in its groups with an empty one);
-    4. but if the first two or more groups are announced by every worker with every block
-       present, plan them as a dense run instead (all of them, one dense round each).
-    No groups: nothing is left.
-    """
-    rows = [(w, look) for w, look in enumerate(looks) if len(look)]
-    if not rows:
-        return Plan.nothing(m)
-    full = [look[-1, 0] for _, look in rows if len(look) >= lookahead]
-    cap = min(full) if full else np.iinfo(np.int64).max
-    table = np.concatenate([look for _, look in rows])
-    table = table[table[:, 0] <= cap]
-    table = table[np.argsort(table[:, 0], kind="stable")]
-    groups, starts, inverse = np.unique(table[:, 0], return_index=True, return_inverse=True)
-    all_exps = np.maximum.reduceat(table[:, 1], starts)
-    if len(rows) == len(looks):  # every worker still has data: look for a dense run
-        full = popcount(table[:, 2:]) == capacity
-        per_group = np.bincount(inverse, weights=full, minlength=len(groups))
-        run = int(np.argmin(np.append(per_group == len(looks), False)))
-        if run >= 2:
-            return Plan(groups[:run], all_exps[:run], np.ones((run, m), bool), True)
-    union = np.bitwise_or.reduceat(table[:, 2:], starts, axis=0)
-    take = max(1, int(np.searchsorted(np.cumsum(popcount(union)), capacity, side="right")))
-    return Plan(groups[:take], all_exps[:take], unpack_masks(union[:take], m), False)
-
-
 class _JobSlots:
     """The slot copies of one job, allocated when the job registers."""
 
@@ -151,6 +112,35 @@ class _JobSlots:
 
 def _popcount(bits: int) -> int:
     return bin(bits).count("1")
+
+
+def _refusal(job: Job, hdr: Header, src: Address) -> str:
+    """Why a DATA packet of ``job`` must be dropped before anything looks at it ("" if not):
+    a wrong key, a source that is not the worker's address, a slot or size beyond the job's,
+    sparse rounds for a dense job."""
+    if hdr.key != job.key:
+        return "bad_key"
+    if hdr.worker >= job.workers or job.addresses[hdr.worker] != src:
+        return "bad_source"
+    if hdr.slot >= job.slot_count:
+        return "bad_slot"
+    if hdr.numel > job.k:
+        return "too_large"
+    if hdr.flags & SPARSE and not job.block:
+        return "not_sparse"
+    return ""
+
+
+def _add_dense(copy: SlotCopy, hdr: Header, payload: memoryview) -> None:
+    """Add a dense contribution's int32 values into the slot copy (the first one is copied)."""
+    assert copy.acc is not None
+    values = np.frombuffer(payload, dtype=np.int32)
+    if copy.bitmap == 0:
+        copy.acc[: hdr.numel] = values
+    else:
+        copy.acc[: hdr.numel] += values
+    if hdr.exp > copy.exp:
+        copy.exp = hdr.exp
 
 
 class Dataplane:
@@ -192,17 +182,10 @@ class Dataplane:
         if slots is None:
             return self._unknown_job(hdr, src, now, len(data))
         job = slots.job
-        if hdr.key != job.key:
-            return self._drop("bad_key", job)
-        if hdr.worker >= job.workers or job.addresses[hdr.worker] != src:
-            return self._drop("bad_source", job)
-        if hdr.slot >= job.slot_count:
-            return self._drop("bad_slot", job)
-        if hdr.numel > job.k:
-            return self._drop("too_large", job)
+        refused = _refusal(job, hdr, src)
+        if refused:
+            return self._drop(refused, job)
         sparse = bool(hdr.flags & SPARSE)
-        if sparse and not job.block:
-            return self._drop("not_sparse", job)
         job.last_packet = now
         job.counters["packets_in"] = job.counters.get("packets_in", 0) + 1
         job.counters["bytes_in"] = job.counters.get("bytes_in", 0) + len(data)
@@ -237,20 +220,16 @@ class Dataplane:
             if reason:
                 return self._drop(reason, job)
         else:
-            assert copy.acc is not None
-            values = np.frombuffer(payload, dtype=np.int32)
-            if copy.bitmap == 0:
-                copy.acc[: hdr.numel] = values
-            else:
-                copy.acc[: hdr.numel] += values
-            if hdr.exp > copy.exp:
-                copy.exp = hdr.exp
+            _add_dense(copy, hdr, payload)
         copy.bitmap |= bit
         pair[1 - (hdr.seq & 1)].bitmap &= ~bit
         copy.remaining -= 1
-        if copy.remaining:
-            return []
-        if sparse:
+        return self._complete(slots, hdr, copy) if not copy.remaining else []
+
+    def _complete(self, slots: _JobSlots, hdr: Header, copy: SlotCopy) -> list[Output]:
+        """Every contribution of the round is in: its result to every worker."""
+        job = slots.job
+        if copy.sparse:
             self._finish_sparse(slots, hdr.slot, copy)
         self.counters["completions"] += 1
         job.counters["completions"] = job.counters.get("completions", 0) + 1

@@ -16,9 +16,10 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from dlcomm.errors import DlcommError
 from dlcomm.runtime.jobdir import job_directory

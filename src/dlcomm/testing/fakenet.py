@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -99,6 +99,99 @@ class AggregateResult:
     probes: int
 
 
+def _switches(fnet: FakeNet, workers: list[Address], shards: int, window: int, k: int,
+              multicast: bool, sparse_block: int) -> tuple[list[Address], list[Dataplane],
+                                                        list[Shard]]:
+    """``shards`` switches on the fake net, each with the job registered: their addresses,
+    dataplanes and the workers' view of them."""
+    addresses: list[Address] = [("10.0.255.254", 9570 + s) for s in range(shards)]
+    dataplanes, shard_list = [], []
+    for addr in addresses:
+        table = JobTable(total_slots=window + 8, max_k=max_elements())
+        job = table.register(workers, window, k, "fakenet",
+                             multicast_port=7000 if multicast else None, block=sparse_block)
+        dp = Dataplane(table)
+        dp.add_job(job)
+        dataplanes.append(dp)
+        shard_list.append(Shard(addr, job.job_id, job.key, window))
+        if job.group is not None:
+            fnet.groups[job.group] = list(workers)
+    return addresses, dataplanes, shard_list
+
+
+class _Workers:
+    """The workers' side of one :func:`aggregate` run: one op at a time per worker."""
+
+    def __init__(self, addresses: list[Address], inputs: list[np.ndarray], fnet: FakeNet,
+                 shards: list[Shard], k: int, timing: Timing, ops_per_worker: int,
+                 sparse_block: int, threshold: float) -> None:
+        self.addresses, self.inputs, self.fnet, self.shards = addresses, inputs, fnet, shards
+        self.k, self.timing, self.sparse_block, self.threshold = k, timing, sparse_block, threshold
+        n = len(inputs)
+        self.seqs = [[[0] * s.slots for s in shards] for _ in range(n)]
+        self.outputs = [np.array(x, dtype=np.float32, copy=True) for x in inputs]
+        self.errors: list[str | None] = [None] * n
+        self.remaining = [ops_per_worker] * n
+        self.ops: list[AllreduceOp | None] = [None] * n
+        self.retransmissions = self.probes = 0
+
+    def emit(self, src: Address, sends: list[tuple[Address, Header, bytes | memoryview]]
+             ) -> None:
+        for dst, hdr, body in sends:
+            self.fnet.send(src, dst, hdr.pack() + bytes(body))
+
+    def start(self, i: int) -> None:
+        n = len(self.inputs)
+        self.outputs[i][:] = self.inputs[i]
+        out = self.outputs[i]
+        op = SparseAllreduceOp(out, out, i, n, self.k, self.shards, self.seqs[i], self.timing,
+                               block=self.sparse_block, threshold=self.threshold) \
+            if self.sparse_block else \
+            AllreduceOp(out, out, i, n, self.k, self.shards, self.seqs[i], self.timing)
+        self.ops[i] = op
+        self.emit(self.addresses[i], op.start(self.fnet.now))
+        if op.done:  # nothing to sum
+            self.finish(i)
+
+    def finish(self, i: int) -> None:
+        op = self.ops[i]
+        assert op is not None
+        self.retransmissions += op.retransmissions
+        self.probes += op.probes
+        self.ops[i] = None
+        if op.error is not None:
+            self.errors[i] = str(op.error)
+            self.remaining[i] = 0
+            return
+        self.remaining[i] -= 1
+        if self.remaining[i]:
+            self.start(i)
+
+    def next_deadline(self) -> float:
+        return min((op.next_deadline() for op in self.ops if op is not None),
+                   default=float("inf"))
+
+    def time_out(self) -> None:
+        """Every op whose timer is due handles its timeout."""
+        for i, op in enumerate(self.ops):
+            if op is not None and op.next_deadline() <= self.fnet.now:
+                self.emit(self.addresses[i], op.on_timeout(self.fnet.now))
+                if op.done:
+                    self.finish(i)
+
+    def deliver(self, i: int, data: bytes, src: Address) -> None:
+        op = self.ops[i]
+        if op is None:
+            return
+        try:
+            hdr, payload = decode(data)
+        except Malformed:
+            return
+        self.emit(self.addresses[i], op.on_packet(hdr, payload, src, self.fnet.now))
+        if op.done:
+            self.finish(i)
+
+
 def aggregate(inputs: list[np.ndarray], k: int = 256, window: int = 4, shards: int = 1,
               net: NetConfig = NetConfig(), timing: Timing = Timing(),
               multicast: bool = True, max_time_s: float = 3600.0,
@@ -112,98 +205,33 @@ def aggregate(inputs: list[np.ndarray], k: int = 256, window: int = 4, shards: i
     extra traffic (e.g. a forger) before the run starts. ``sparse_block`` > 0 runs sparse
     streaming aggregation with blocks of that size.
     """
-    n = len(inputs)
     fnet = FakeNet(net)
-    workers: list[Address] = [(f"10.0.0.{i + 1}", 7000) for i in range(n)]
-    switch_addrs: list[Address] = [("10.0.255.254", 9570 + s) for s in range(shards)]
-    dataplanes, shard_list = [], []
-    for addr in switch_addrs:
-        table = JobTable(total_slots=window + 8, max_k=max_elements())
-        job = table.register(workers, window, k, "fakenet",
-                             multicast_port=7000 if multicast else None, block=sparse_block)
-        dp = Dataplane(table)
-        dp.add_job(job)
-        dataplanes.append(dp)
-        shard_list.append(Shard(addr, job.job_id, job.key, window))
-        if job.group is not None:
-            fnet.groups[job.group] = list(workers)
+    addresses: list[Address] = [(f"10.0.0.{i + 1}", 7000) for i in range(len(inputs))]
+    switch_addrs, dataplanes, shard_list = _switches(fnet, addresses, shards, window, k,
+                                                     multicast, sparse_block)
     if before is not None:
         before(fnet, dataplanes)
-    seqs = [[[0] * window for _ in range(shards)] for _ in range(n)]
-    outputs = [np.array(x, dtype=np.float32, copy=True) for x in inputs]
-    errors: list[str | None] = [None] * n
-    remaining = [ops_per_worker] * n
-    ops: list[AllreduceOp | None] = [None] * n
-    retrans = probes = 0
-
-    def start(i: int) -> None:
-        outputs[i][:] = inputs[i]
-        if sparse_block:
-            op: AllreduceOp = SparseAllreduceOp(outputs[i], outputs[i], i, n, k, shard_list,
-                                                seqs[i], timing, block=sparse_block,
-                                                threshold=threshold)
-        else:
-            op = AllreduceOp(outputs[i], outputs[i], i, n, k, shard_list, seqs[i], timing)
-        ops[i] = op
-        for dst, hdr, body in op.start(fnet.now):
-            fnet.send(workers[i], dst, hdr.pack() + bytes(body))
-        if op.done:  # nothing to sum
-            finish(i)
-
-    def emit(src: Address, sends: list[tuple[Address, Header, bytes | memoryview]]) -> None:
-        for dst, hdr, body in sends:
-            fnet.send(src, dst, hdr.pack() + bytes(body))
-
-    def finish(i: int) -> None:
-        nonlocal retrans, probes
-        op = ops[i]
-        assert op is not None
-        retrans += op.retransmissions
-        probes += op.probes
-        if op.error is not None:
-            errors[i] = str(op.error)
-            remaining[i] = 0
-            ops[i] = None
-            return
-        remaining[i] -= 1
-        ops[i] = None
-        if remaining[i]:
-            start(i)
-
-    for i in range(n):
-        start(i)
-    index = {addr: i for i, addr in enumerate(workers)}
+    run = _Workers(addresses, inputs, fnet, shard_list, k, timing, ops_per_worker, sparse_block,
+                   threshold)
+    for i in range(len(inputs)):
+        run.start(i)
+    index = {addr: i for i, addr in enumerate(run.addresses)}
     sw_index = {addr: s for s, addr in enumerate(switch_addrs)}
-    while any(remaining) and fnet.now < max_time_s:
-        deadline = min((op.next_deadline() for op in ops if op is not None), default=float("inf"))
-        t_event = fnet.next_time()
+    while any(run.remaining) and fnet.now < max_time_s:
+        deadline, t_event = run.next_deadline(), fnet.next_time()
         if deadline < t_event:
             fnet.now = max(fnet.now, deadline)
-            for i, op in enumerate(ops):
-                if op is not None and op.next_deadline() <= fnet.now:
-                    emit(workers[i], op.on_timeout(fnet.now))
-                    if op.done:
-                        finish(i)
+            run.time_out()
             continue
         if t_event == float("inf"):
             break
         ev = fnet.pop()
         if ev.dst in sw_index:
-            dp = dataplanes[sw_index[ev.dst]]
-            emit(ev.dst, [(d, h, b) for d, h, b in dp.on_datagram(ev.data, ev.src, fnet.now)])
+            run.emit(ev.dst, dataplanes[sw_index[ev.dst]].on_datagram(ev.data, ev.src, fnet.now))
         elif ev.dst in index:
-            i = index[ev.dst]
-            op = ops[i]
-            if op is None:
-                continue
-            try:
-                hdr, payload = decode(ev.data)
-            except Malformed:
-                continue
-            emit(workers[i], op.on_packet(hdr, payload, ev.src, fnet.now))
-            if op.done:
-                finish(i)
-    for i, op in enumerate(ops):
-        if op is not None and errors[i] is None:
-            errors[i] = f"not finished after {max_time_s} s of virtual time"
-    return AggregateResult(outputs, errors, fnet.now, fnet, dataplanes, retrans, probes)
+            run.deliver(index[ev.dst], ev.data, ev.src)
+    for i, op in enumerate(run.ops):
+        if op is not None and run.errors[i] is None:
+            run.errors[i] = f"not finished after {max_time_s} s of virtual time"
+    return AggregateResult(run.outputs, run.errors, fnet.now, fnet, dataplanes,
+                           run.retransmissions, run.probes)

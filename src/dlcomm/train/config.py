@@ -74,7 +74,7 @@ class TrainConfig:
 
     @classmethod
     def from_sources(cls, file_values: dict[str, Any] | None = None,
-                     cli_values: dict[str, Any] | None = None) -> "TrainConfig":
+                     cli_values: dict[str, Any] | None = None) -> TrainConfig:
         """Merge defaults, a config file's values and explicit CLI values; validate types."""
         merged: dict[str, Any] = {}
         for source, values in (("config file", file_values or {}), ("options", cli_values or {})):
@@ -87,7 +87,7 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def replace(self, **changes: Any) -> "TrainConfig":
+    def replace(self, **changes: Any) -> TrainConfig:
         return dataclasses.replace(self, **changes)
 
 
@@ -95,7 +95,8 @@ _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 
 def _allowed_types(annotation: Any) -> tuple[type, ...]:
-    hint = eval(annotation, {"Any": Any, "dict": dict}) if isinstance(annotation, str) else annotation
+    hint = eval(annotation, {"Any": Any, "dict": dict}) if isinstance(annotation, str) \
+        else annotation
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         return tuple(typing.get_origin(a) or a for a in typing.get_args(hint))
     return (typing.get_origin(hint) or hint,)

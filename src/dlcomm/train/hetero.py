@@ -42,7 +42,8 @@ def parse_straggler(text: str) -> Straggler:
     try:
         out = Straggler(int(rank), float(factor))
     except ValueError:
-        raise ConfigError(f"bad --straggler {text!r} (RANK:FACTOR or random:p=P,x=FACTOR)") from None
+        raise ConfigError(f"bad --straggler {text!r} (RANK:FACTOR or random:p=P,x=FACTOR)"
+                          ) from None
     if not sep or out.rank < 0 or out.factor < 1:  # type: ignore[operator]
         raise ConfigError(f"bad --straggler {text!r}: need RANK >= 0 and FACTOR >= 1")
     return out

@@ -7,11 +7,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from dlcomm.results import new_result
-
 from dlcomm.plots import save_figure
-from dlcomm.train.config import TrainConfig
+from dlcomm.results import new_result
 from dlcomm.train.common import WorkerReport
+from dlcomm.train.config import TrainConfig
 from dlcomm.workloads import Workload
 
 __all__ = ["train_result", "print_train_table", "plot_train", "print_comparison"]
@@ -187,6 +186,7 @@ def print_comparison(results: list[dict[str, Any]], names: list[str]) -> None:
             else:
                 cells.append(fmt.format(v))
         table.add_row(label, *cells)
-    table.add_row("speedup per step", *[f"{base['time_per_step_s'] / r['summary']['time_per_step_s']:.2f}x"
-                                        for r in results])
+    base_step = base["time_per_step_s"]
+    table.add_row("speedup per step",
+                  *[f"{base_step / r['summary']['time_per_step_s']:.2f}x" for r in results])
     Console().print(table)

@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 
 from dlcomm.results import write_json
-from dlcomm.train.config import TrainConfig
 from dlcomm.runtime.env import WorkerEnv, process_group, set_threads
+from dlcomm.train.config import TrainConfig
 
 __all__ = ["run_worker"]
 

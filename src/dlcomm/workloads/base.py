@@ -9,14 +9,13 @@ generators in this package; nothing is downloaded.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from dlcomm.errors import ConfigError
 from dlcomm.registry import Registry, Spec, parse_spec
 
 __all__ = ["Workload", "WORKLOADS", "make_workload", "EvalSums", "classify_sums",

@@ -10,8 +10,8 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from dlcomm.workloads.base import WORKLOADS, Workload, classify_sums
 from dlcomm.registry import reject_unknown, take_option
+from dlcomm.workloads.base import WORKLOADS, Workload, classify_sums
 
 __all__ = ["DigitsCNN", "load_digits_split"]
 

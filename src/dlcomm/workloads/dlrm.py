@@ -18,9 +18,8 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from dlcomm.registry import parse_size
+from dlcomm.registry import parse_size, reject_unknown, take_option
 from dlcomm.workloads.base import WORKLOADS, Workload, classify_sums
-from dlcomm.registry import reject_unknown, take_option
 
 __all__ = ["DLRM", "click_data"]
 

@@ -25,9 +25,8 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from dlcomm.errors import ConfigError
-from dlcomm.registry import parse_size
+from dlcomm.registry import parse_size, reject_unknown, take_option
 from dlcomm.workloads.base import WORKLOADS, Workload, classify_sums
-from dlcomm.registry import reject_unknown, take_option
 
 __all__ = ["Corpus", "build_corpus", "tokenize", "TransformerLM", "LMConfig"]
 

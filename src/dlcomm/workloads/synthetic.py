@@ -12,9 +12,8 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from dlcomm.errors import ConfigError
-from dlcomm.registry import parse_size
+from dlcomm.registry import parse_size, reject_unknown, take_option
 from dlcomm.workloads.base import WORKLOADS, Workload
-from dlcomm.registry import reject_unknown, take_option
 
 __all__ = ["SyntheticModel"]
 

@@ -15,8 +15,8 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from dlcomm.compress import make_compressor  # noqa: E402
-from dlcomm.exchange.compressed import compressed_exchange  # noqa: E402
 from dlcomm.exchange import ExchangeContext, make_exchange  # noqa: E402
+from dlcomm.exchange.compressed import compressed_exchange  # noqa: E402
 from tests.compress.simulate import simulate  # noqa: E402
 
 

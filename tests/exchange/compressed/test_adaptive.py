@@ -6,7 +6,7 @@ import time
 import pytest
 
 from dlcomm.exchange.compressed.adaptive import AdaptivePolicy, greedy_assignment, simulate_exposed
-from dlcomm.exchange.compressed.exchange import CallRecord
+from dlcomm.exchange.compressed.policy import CallRecord
 
 NUMEL = 150_000
 DENSE = NUMEL * 4

@@ -14,7 +14,6 @@ import pytest
 
 from tests.conftest import Rendezvous
 
-
 HERE = Path(__file__).parent
 REPO = HERE.parents[2]
 

@@ -9,7 +9,6 @@ import pytest
 
 from tests.conftest import Rendezvous
 
-
 HERE = Path(__file__).parent
 
 
@@ -17,7 +16,8 @@ def run_pair(*args: str, timeout: float = 150) -> None:
     rdzv = Rendezvous()
     procs = []
     for rank in range(2):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", **rdzv.env, "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", **rdzv.env,
+               "OMP_NUM_THREADS": "1"}
         procs.append(subprocess.Popen([sys.executable, str(HERE / "powersgd_worker.py"), *args],
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True))

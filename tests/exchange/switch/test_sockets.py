@@ -38,7 +38,8 @@ def run_ranks(spec: str, mode: str, world: int = 3, numel: int = 50_000, seed: i
         for p in procs:
             stdout, stderr = p.communicate(timeout=timeout)
             lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
-            outs.append(json.loads(lines[-1]) if lines else {"error": f"no output: {stderr[-500:]}"})
+            outs.append(json.loads(lines[-1]) if lines
+                        else {"error": f"no output: {stderr[-500:]}"})
     finally:
         for p in procs:
             if p.poll() is None:
@@ -64,7 +65,10 @@ def test_exact_and_reproducible_under_loss(switch):
     failed = [(o["rank"] if "rank" in o else "?", o.get("error")) for o in clean + lossy
               if "checksum" not in o]
     assert not failed, failed
-    assert len({o["checksum"] for o in clean + lossy}) == 1, [(o["rank"], o["checksum"][:12], o["stats"].get("retransmissions"), o["stats"].get("drops_injected")) for o in clean + lossy]  # every rank, with or without loss
+    # every rank, with or without loss
+    assert len({o["checksum"] for o in clean + lossy}) == 1, [
+        (o["rank"], o["checksum"][:12], o["stats"].get("retransmissions"),
+         o["stats"].get("drops_injected")) for o in clean + lossy]
     assert clean[0]["max_abs_error"] < 1e-5
     assert any(o["stats"]["drops_injected"] for o in lossy)
     assert clean[0]["stats"]["counting"] == "measured"

@@ -6,8 +6,7 @@ import pytest
 from dlcomm.exchange.switch.window import AllreduceOp, RttEstimator, Shard, Timing
 from dlcomm.switch.dataplane import Dataplane
 from dlcomm.switch.jobs import JobTable
-from dlcomm.wire.packet import (COMPLETE, RESEND, RESULT, STATUS, SWITCH_RANK, Header, decode,
-                                encode)
+from dlcomm.wire.packet import COMPLETE, RESEND, RESULT, STATUS, SWITCH_RANK, Header, decode, encode
 
 WORKER, SWITCH = ("10.0.0.1", 7000), ("10.0.255.254", 9570)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dlcomm.errors import ConfigError
 from dlcomm.train.sync.adpsgd import PassiveBook, split_roles

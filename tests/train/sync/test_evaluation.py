@@ -7,11 +7,11 @@ import threading
 import pytest
 
 from dlcomm.errors import ExchangeTimeout
+from dlcomm.train.common import StepRecord
 from dlcomm.train.sync.evaluation import eval_points
 from dlcomm.train.sync.prague import GroupBuffer, RandomGroups
 from dlcomm.train.sync.report import SyncReport, max_step_spread
 from dlcomm.train.sync.service import GroupClient, GroupService
-from dlcomm.train.common import StepRecord
 
 
 def test_eval_points_follow_the_mean_step_count():

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dlcomm.errors import ConfigError
 from dlcomm.train.sync.graphs import GRAPHS, make_graph, parse_edges

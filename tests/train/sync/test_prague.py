@@ -7,11 +7,18 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dlcomm.errors import ConfigError
-from dlcomm.train.sync.prague import (GENERATORS, GroupBuffer, RandomGroups, StaticSchedule,
-                                      make_generator, static_partition)
+from dlcomm.train.sync.prague import (
+    GENERATORS,
+    GroupBuffer,
+    RandomGroups,
+    StaticSchedule,
+    make_generator,
+    static_partition,
+)
 from dlcomm.train.sync.sim import simulate_prague
 
 
@@ -125,7 +132,8 @@ def test_no_deadlock_no_double_booking_in_order(name, n, g, slow, transient, see
     gen = make_generator(name, n, g, seed=seed)
 
     def compute(rank, rng):
-        return 0.01 * slow[rank] * (4.0 if rng.random() < transient else 1.0) * rng.uniform(0.5, 1.5)
+        burst = 4.0 if rng.random() < transient else 1.0
+        return 0.01 * slow[rank] * burst * rng.uniform(0.5, 1.5)
 
     r = simulate_prague(gen, 15, compute, seed=seed)
     assert not r.deadlock

@@ -15,8 +15,11 @@ as ``dlcomm emulate``, reach compression.
 from __future__ import annotations
 
 from dlcomm.exchange.base import EXCHANGES, Exchange, ExchangeContext
-from dlcomm.exchange.compressed.build import (check_specs, compressed_exchange,
-                                              compressed_from_options)
+from dlcomm.exchange.compressed.build import (
+    check_specs,
+    compressed_exchange,
+    compressed_from_options,
+)
 from dlcomm.exchange.compressed.exchange import CompressedExchange
 
 __all__ = ["CompressedExchange", "compressed_exchange", "check_specs"]

@@ -31,9 +31,9 @@ communication is exposed and the network slow):
    assignment's predicted exposed time by more than ``margin`` (10%) of the iteration time
    (measured between the first hand-overs of consecutive iterations) and ``min_gain_ms``,
    and was proposed at two decisions in a row (back to less compression: when it is
-   predicted no slower, twice in a row); then verify by measurement: if over the next ``every`` iterations
-   the median measured exposed time is not below the median before the switch by at least
-   margin / 2, revert, and do not try those (bucket, method) pairs for 4 probe periods
+   predicted no slower, twice in a row); then verify by measurement: if over the next
+   ``every`` iterations the median measured exposed time is not below the median before the
+   switch by at least margin / 2, revert, and do not try those (bucket, method) pairs for 4 probe periods
    (the model can be wrong; the measurement decides); and for as long as anything is
    compressed, keep comparing with the uncompressed probe iterations of step 7 as a control
    group: if the compressed iterations' median exposed time is not below the probes' by
@@ -56,16 +56,17 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from dlcomm.compress.base import Compressor
-from dlcomm.exchange.compressed.exchange import STABLE_ITERATION, CallRecord, Policy
 from dlcomm.compress.fp16 import HalfCompressor
 from dlcomm.compress.none import NoCompression
 from dlcomm.compress.powersgd import PowerSGD
 from dlcomm.compress.topk import TopK
+from dlcomm.exchange.compressed.policy import STABLE_ITERATION, CallRecord, Policy
 from dlcomm.volume import ring_allreduce_factor
 
 __all__ = ["AdaptivePolicy", "simulate_exposed", "greedy_assignment"]

@@ -22,7 +22,6 @@ import time
 import torch
 import torch.distributed as dist
 
-
 __all__ = ["allgather_bytes", "GatherCount"]
 
 

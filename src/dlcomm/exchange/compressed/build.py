@@ -19,7 +19,8 @@ from dlcomm.compress.base import COMPRESSORS
 from dlcomm.errors import ConfigError
 from dlcomm.exchange.base import Exchange, ExchangeContext, make_exchange
 from dlcomm.exchange.compressed.adaptive import AdaptivePolicy
-from dlcomm.exchange.compressed.exchange import CompressedExchange, FixedPolicy, Policy
+from dlcomm.exchange.compressed.exchange import CompressedExchange
+from dlcomm.exchange.compressed.policy import FixedPolicy, Policy
 from dlcomm.registry import Spec, parse_spec, take_option
 from dlcomm.volume import ring_allreduce_bytes
 

@@ -26,89 +26,31 @@ control all-reduces (modelled, from the algorithm).
 
 from __future__ import annotations
 
-import abc
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from dlcomm.compress.base import Compressor, Memory, Outcome, Protocol, Round
-from dlcomm.compress.packing import (decode_payload, encode_payload, lanes_per_word, pack_lanes,
-                                    unpack_lane_sums)
+from dlcomm.compress.packing import (
+    decode_payload,
+    encode_payload,
+    lanes_per_word,
+    pack_lanes,
+    unpack_lane_sums,
+)
 from dlcomm.errors import ConfigError, ExchangeError
 from dlcomm.exchange.base import Capabilities, Exchange, ExchangeContext, ExchangeStats
 from dlcomm.exchange.compressed.allgather import GatherCount, allgather_bytes
+from dlcomm.exchange.compressed.policy import STABLE_ITERATION, CallRecord, Policy
 from dlcomm.volume import ring_allreduce_bytes
 from dlcomm.wire.sparse import Presence
 
-__all__ = ["CompressedExchange", "Policy", "FixedPolicy", "CallRecord", "STABLE_ITERATION",
-           "check_world"]
-
-STABLE_ITERATION = 2  # DDP rebuilds buckets after iteration 0: keyed state from here on
-
-
-@dataclass
-class CallRecord:
-    """What one compressed all-reduce cost on this worker (for stats and the adaptive policy)."""
-
-    name: str
-    numel: int
-    iteration: int
-    method: str
-    submitted: float = 0.0
-    started: float = 0.0
-    finished: float = 0.0
-    comm_s: float = 0.0            # inside collectives
-    memory_s: float = 0.0          # error feedback (the same for every method)
-    wire_bytes: int = 0            # sent by this worker for this call
-    collectives: list[tuple[int, float]] = field(default_factory=list)  # (bytes, seconds)
-
-    @property
-    def compute_s(self) -> float:
-        """Compression and decompression: the rest of the call's time."""
-        return max(0.0, self.finished - self.started - self.comm_s - self.memory_s)
-
-
-class Policy(abc.ABC):
-    """Which compressor handles a tensor; told what each call cost."""
-
-    @abc.abstractmethod
-    def choose(self, name: str, numel: int, iteration: int) -> Compressor:
-        """The compressor for this call (the same on every worker)."""
-
-    def observe(self, record: CallRecord) -> None:
-        """Learn from a finished call."""
-
-    def trials(self, name: str, numel: int, iteration: int) -> list[Compressor]:
-        """Compressors to time once, on random data of this call's size, before the call
-        (asked the same way on every worker, so every worker runs the same collectives)."""
-        return []
-
-    def timed(self, record: CallRecord) -> None:
-        """What one of the trials cost."""
-
-    @abc.abstractmethod
-    def compressors(self) -> list[Compressor]:
-        """Every compressor this policy may choose."""
-
-    def stats(self) -> dict[str, Any]:
-        return {}
-
-
-class FixedPolicy(Policy):
-    def __init__(self, compressor: Compressor) -> None:
-        self.compressor = compressor
-
-    def choose(self, name: str, numel: int, iteration: int) -> Compressor:
-        return self.compressor
-
-    def compressors(self) -> list[Compressor]:
-        return [self.compressor]
-
+__all__ = ["CompressedExchange", "check_world"]
 
 @dataclass
 class _Job:

@@ -12,7 +12,7 @@ connection drops makes the others fail at once, naming it (docs/switch.md).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from dlcomm.exchange.base import EXCHANGES, Exchange, ExchangeContext
 from dlcomm.exchange.switch.exchange import SwitchExchange, auto_sparse_below

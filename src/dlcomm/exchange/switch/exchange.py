@@ -19,8 +19,13 @@ from typing import Any
 import torch
 
 from dlcomm.errors import ExchangeError
-from dlcomm.exchange.base import Capabilities, Exchange, ExchangeContext, ExchangeStats, \
-    completed_future
+from dlcomm.exchange.base import (
+    Capabilities,
+    Exchange,
+    ExchangeContext,
+    ExchangeStats,
+    completed_future,
+)
 from dlcomm.exchange.switch.bootstrap import Session, bootstrap
 from dlcomm.exchange.switch.spec import SwitchSpec
 from dlcomm.exchange.switch.transport import Finished, Request, Transport

@@ -8,7 +8,7 @@ changes is what a round carries. Groups of m blocks of b elements are the dense 
 1. an announce round (no values) tells the switch each worker's look-ahead: its next
    ``LOOKAHEAD`` groups that hold a non-zero block, each with its exponent and its count of
    non-zero blocks;
-2. the switch plans the next round from all look-aheads (``switch.dataplane.plan_round``):
+2. the switch plans the next round from all look-aheads (``switch.planning.plan_round``):
    the smallest announced groups, as many as fit one datagram, with the largest announced
    exponent per group; its result names them;
 3. the workers that have data in those groups send their non-zero blocks of every one of
@@ -36,11 +36,28 @@ import numpy as np
 from dlcomm.errors import ExchangeError
 from dlcomm.exchange.switch.window import AllreduceOp, Send, _Position
 from dlcomm.wire.packet import ANNOUNCE, DATA, RUN, SPARSE, Header
-from dlcomm.wire.quant import (EXP_NONFINITE, EXP_ZERO, dequantize_into,
-                               dequantize_rows, exponents_of_peaks, quantize_rows)
-from dlcomm.wire.sparse import (LOOKAHEAD, RESULT_WIDTH, Blocks, Presence, block_peaks,
-                                data_width, decode, encode, pack_masks, present_blocks,
-                                signed32, zero_absent_blocks)
+from dlcomm.wire.quant import (
+    EXP_NONFINITE,
+    EXP_ZERO,
+    dequantize_into,
+    dequantize_rows,
+    exponents_of_peaks,
+    quantize_rows,
+)
+from dlcomm.wire.sparse import (
+    LOOKAHEAD,
+    RESULT_WIDTH,
+    Blocks,
+    Presence,
+    block_peaks,
+    data_width,
+    decode,
+    encode,
+    pack_masks,
+    present_blocks,
+    signed32,
+    zero_absent_blocks,
+)
 
 __all__ = ["SparseAllreduceOp"]
 

@@ -30,18 +30,13 @@ the switch is still waiting for.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from dlcomm.errors import ExchangeError, ExchangeTimeout
-from dataclasses import replace
-
-from dlcomm.wire.packet import (COMPLETE, DATA, ERROR, PROBE, RESEND, RESULT, SPARSE, STATUS,
-                                Header)
-from dlcomm.wire.quant import (EXP_NONFINITE, EXP_ZERO, chunk_exponents, dequantize_into,
-                               quantize)
+from dlcomm.wire.packet import COMPLETE, DATA, ERROR, PROBE, RESEND, RESULT, SPARSE, STATUS, Header
+from dlcomm.wire.quant import EXP_NONFINITE, EXP_ZERO, chunk_exponents, dequantize_into, quantize
 
 __all__ = ["Shard", "Timing", "RttEstimator", "AllreduceOp", "Send"]
 

@@ -16,8 +16,13 @@ import time
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from dlcomm.exchange import Exchange, ExchangeContext, ExchangeHookState, exchange_hook, \
-    make_exchange
+from dlcomm.exchange import (
+    Exchange,
+    ExchangeContext,
+    ExchangeHookState,
+    exchange_hook,
+    make_exchange,
+)
 from dlcomm.registry import reject_unknown
 from dlcomm.runtime.env import WorkerEnv, wire_bytes
 from dlcomm.runtime.failures import report_failure

@@ -30,9 +30,8 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from dlcomm.runtime.env import WorkerEnv
+from dlcomm.train.common import Learner, WorkerReport, evaluate
 from dlcomm.train.sync.recorder import Recorder, wait_until_all_finished
-from dlcomm.train.common import Learner
-from dlcomm.train.common import WorkerReport, evaluate
 from dlcomm.workloads import finish_metrics
 
 __all__ = ["eval_points", "finish_run", "evaluate_own"]

@@ -42,8 +42,8 @@ import abc
 import math
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from dlcomm.errors import ConfigError
 from dlcomm.registry import Registry

@@ -25,10 +25,10 @@ import torch.distributed as dist
 from dlcomm.errors import ConfigError, ExchangeError
 from dlcomm.exchange import ExchangeContext, make_exchange
 from dlcomm.exchange.base import Exchange
-from dlcomm.volume import ring_allreduce_bytes
 from dlcomm.registry import parse_spec
 from dlcomm.runtime.env import WorkerEnv
 from dlcomm.train.sync.recorder import job_store
+from dlcomm.volume import ring_allreduce_bytes
 
 __all__ = ["PartialAllReduce", "GlooGroups", "SwitchGroups"]
 

@@ -6,22 +6,15 @@ training that names a worker that never finishes.
 from __future__ import annotations
 
 import datetime
-import random
 import time
-from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
-from torch.nn.utils import parameters_to_vector, vector_to_parameters
-from torch.utils.data import DataLoader, DistributedSampler
 
-from dlcomm.errors import ConfigError, ExchangeTimeout
-from dlcomm.train.config import TrainConfig, parse_fault
-from dlcomm.train.hetero import parse_straggler, slowdown, step_delay
+from dlcomm.errors import ExchangeTimeout
 from dlcomm.runtime.env import WorkerEnv
-from dlcomm.train.sync.report import SyncReport
 from dlcomm.train.common import Learner, Progress, StepRecord
-from dlcomm.workloads import Workload
+from dlcomm.train.sync.report import SyncReport
 
 __all__ = ["Recorder", "job_store", "wait_until_all_finished"]
 

@@ -21,12 +21,12 @@ import random
 
 import torch
 
-from dlcomm.train.config import TrainConfig
 from dlcomm.runtime.env import WorkerEnv
-from dlcomm.train.sync.adpsgd import PassiveBook, Roles
-from dlcomm.train.sync.recorder import Recorder
 from dlcomm.train.common import Learner
+from dlcomm.train.config import TrainConfig
+from dlcomm.train.sync.adpsgd import PassiveBook, Roles
 from dlcomm.train.sync.p2p import Mailbox
+from dlcomm.train.sync.recorder import Recorder
 
 __all__ = ["run_adpsgd"]
 

@@ -12,12 +12,12 @@ import os
 
 import torch.distributed as dist
 
-from dlcomm.train.config import TrainConfig
 from dlcomm.runtime.env import WorkerEnv
-from dlcomm.train.sync.recorder import Recorder, wait_until_all_finished
 from dlcomm.train.common import Learner
-from dlcomm.train.sync.preduce import GlooGroups, PartialAllReduce, SwitchGroups
+from dlcomm.train.config import TrainConfig
 from dlcomm.train.sync.prague import PragueSpec, StaticSchedule, make_generator
+from dlcomm.train.sync.preduce import GlooGroups, PartialAllReduce, SwitchGroups
+from dlcomm.train.sync.recorder import Recorder, wait_until_all_finished
 from dlcomm.train.sync.service import GroupClient, GroupService, reachable_address
 
 __all__ = ["run_prague"]

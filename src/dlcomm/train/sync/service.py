@@ -57,7 +57,8 @@ class GroupService:
         try:
             while not self._closing:
                 deadline = self.generator.next_deadline()
-                timeout = 1.0 if deadline is None else min(1.0, max(0.0, deadline - time.monotonic()))
+                timeout = 1.0 if deadline is None else \
+                    min(1.0, max(0.0, deadline - time.monotonic()))
                 for key, _ in sel.select(timeout):
                     if key.data == "listen":
                         conn, _ = self.listener.accept()
@@ -143,7 +144,7 @@ class GroupClient:
         while b"\n" not in self._buffer:
             try:
                 data = self.sock.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 raise ExchangeTimeout(f"prague: rank {self.rank} waited {self.timeout_s:g} s "
                                       "for a group from the group generator") from None
             except OSError as exc:

@@ -13,9 +13,14 @@ from dlcomm.workloads.catalog import recommender as _recommender  # noqa: F401
 from dlcomm.workloads.catalog import rnn as _rnn  # noqa: F401
 from dlcomm.workloads.catalog import transformer as _transformer  # noqa: F401
 from dlcomm.workloads.catalog.base import MODELS, Layer, ModelTable, get_model
-from dlcomm.workloads.catalog.compute import (BACKWARD_FACTOR, Bucket, IterationTime,
-                                              gradient_buckets, iteration_time,
-                                              model_buckets)
+from dlcomm.workloads.catalog.compute import (
+                                              BACKWARD_FACTOR,
+                                              Bucket,
+                                              IterationTime,
+                                              gradient_buckets,
+                                              iteration_time,
+                                              model_buckets,
+)
 
 __all__ = ["MODELS", "Layer", "ModelTable", "get_model", "IterationTime", "Bucket",
            "iteration_time", "gradient_buckets", "model_buckets", "BACKWARD_FACTOR"]

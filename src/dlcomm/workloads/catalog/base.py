@@ -14,8 +14,8 @@ against the parameter counts their authors published.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from dlcomm.registry import Registry
 

@@ -18,8 +18,8 @@ Time model (per accelerator, per iteration of ``batch`` samples):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from dlcomm.errors import ConfigError
 from dlcomm.workloads.accelerators import Accelerator

@@ -25,9 +25,9 @@ FLOPs (a multiply-add counts 2; bias additions are not counted):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from math import prod
-from typing import Callable
 
 import torch
 from torch import nn
