@@ -118,3 +118,10 @@ def no_namespaces_left_behind():
 def job_tmp(tmp_path: Path) -> Path:
     yield tmp_path
     assert_no_leftovers(tmp_path)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 (pytest's hook)
+    """Every run ends with the largest files and functions against the size budget."""
+    from tests.sizes import report
+
+    terminalreporter.write_line(report(top=3))

@@ -38,15 +38,15 @@ def parse_straggler(text: str) -> Straggler:
         if not (0 <= p <= 1 and x >= 1) or set(spec.options) - {"p", "x"}:
             raise ConfigError(f"bad --straggler {text!r}: need 0 <= p <= 1, x >= 1")
         return Straggler(None, x, p)
-    rank, sep, factor = text.partition(":")
+    rank_text, sep, factor_text = text.partition(":")
     try:
-        out = Straggler(int(rank), float(factor))
+        rank, factor = int(rank_text), float(factor_text)
     except ValueError:
         raise ConfigError(f"bad --straggler {text!r} (RANK:FACTOR or random:p=P,x=FACTOR)"
                           ) from None
-    if not sep or out.rank < 0 or out.factor < 1:  # type: ignore[operator]
+    if not sep or rank < 0 or factor < 1:
         raise ConfigError(f"bad --straggler {text!r}: need RANK >= 0 and FACTOR >= 1")
-    return out
+    return Straggler(rank, factor)
 
 
 def slowdown(straggler: Straggler | None, rank: int, rng: random.Random) -> float:

@@ -30,12 +30,13 @@ def run_prague(cfg: TrainConfig, env: WorkerEnv, learner: Learner, recorder: Rec
     generator = make_generator(spec.generator, env.world_size, spec.group_size, cfg.seed,
                                window_s=None if spec.window_ms is None else spec.window_ms / 1e3)
     service = None
-    box: list[object] = [None]
+    box: list[tuple[str, int] | None] = [None]
     if rank == 0:
         service = GroupService(generator, reachable_address(env.master_addr, env.master_port))
         box = [service.address]
     dist.broadcast_object_list(box, src=0)
-    client = GroupClient(tuple(box[0]), rank, cfg.timeout_s)  # type: ignore[arg-type]
+    assert box[0] is not None  # rank 0's service address, on every rank
+    client = GroupClient(tuple(box[0]), rank, cfg.timeout_s)
     preduce: PartialAllReduce
     if spec.impl == "switch":
         assert isinstance(generator, StaticSchedule)

@@ -18,7 +18,7 @@ import selectors
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 from dlcomm.errors import ExchangeError, ExchangeTimeout
 from dlcomm.train.sync.prague import Delivery, Group, GroupGenerator
@@ -68,7 +68,7 @@ class GroupService:
                     elif key.data == "wake":
                         self._wake_r.recv(64)
                     else:
-                        conn = key.fileobj  # type: ignore[assignment]
+                        conn = cast(socket.socket, key.fileobj)  # registered as sockets
                         data = conn.recv(65536)
                         if not data:
                             sel.unregister(conn)
