@@ -192,24 +192,24 @@ def compute_only(stages: list[StagePlan]) -> list[StagePlan]:
     return out
 
 
-def simulate_schedule(stages: list[StagePlan], micro: int, sharing: Sharing,
-                      schedule: str = "1f1b") -> Timeline:
-    """Run one iteration (module docstring) and return when everything ended."""
-    pp = len(stages)
-    eng = _Engine(sharing)
-    times = [StageTimes(s) for s in range(pp)]
-    orders = [stage_order(schedule, pp, s, micro) for s in range(pp)]
-    arrived: list[set[tuple[str, int]]] = [set() for _ in range(pp)]
-    position = [0] * pp
-    busy = [False] * pp
-    queues: dict[Hashable, deque[Callable[[Callable[[], None]], None]]] = defaultdict(deque)
-    running: dict[Hashable, bool] = defaultdict(bool)
+class _Calls:
+    """The stages' collectives on the engine (module docstring, steps 2 to 5): a call's
+    fixed time, then per step its latency and its fluid transfer; FIFO queues of calls."""
 
-    def run_call(call: Call, stage: int, done: Callable[[], None]) -> None:
+    def __init__(self, eng: _Engine, times: list[StageTimes]) -> None:
+        self.eng = eng
+        self.times = times
+        self.queues: dict[Hashable, deque[Callable[[Callable[[], None]], None]]] = \
+            defaultdict(deque)
+        self.running: dict[Hashable, bool] = defaultdict(bool)
+
+    def run(self, call: Call, stage: int, done: Callable[[], None]) -> None:
+        """Run ``call`` now; record its busy interval on ``stage`` and then call ``done``."""
+        eng = self.eng
         start = eng.now
 
         def finish() -> None:
-            times[stage].intervals.setdefault(call.dim, []).append((start, eng.now))
+            self.times[stage].intervals.setdefault(call.dim, []).append((start, eng.now))
             done()
 
         def step(i: int) -> None:
@@ -232,53 +232,81 @@ def simulate_schedule(stages: list[StagePlan], micro: int, sharing: Sharing,
         else:
             step(0)
 
-    def enqueue(queue: Hashable, call: Call, stage: int, done: Callable[[], None]) -> None:
+    def enqueue(self, queue: Hashable, call: Call, stage: int,
+                done: Callable[[], None]) -> None:
         """FIFO per queue: a call starts when the one before it has ended."""
         def go(next_one: Callable[[], None]) -> None:
             def finished() -> None:
                 done()
                 next_one()
-            run_call(call, stage, finished)
-        queues[queue].append(go)
-        if not running[queue]:
-            pump(queue)
+            self.run(call, stage, finished)
+        self.queues[queue].append(go)
+        if not self.running[queue]:
+            self._pump(queue)
 
-    def pump(queue: Hashable) -> None:
-        if not queues[queue]:
-            running[queue] = False
+    def _pump(self, queue: Hashable) -> None:
+        """Start the next call of ``queue``, or mark the queue idle when it is empty."""
+        if not self.queues[queue]:
+            self.running[queue] = False
             return
-        running[queue] = True
-        queues[queue].popleft()(lambda: pump(queue))
+        self.running[queue] = True
+        self.queues[queue].popleft()(lambda: self._pump(queue))
 
-    def bucket_done(stage: int) -> None:
-        times[stage].gradient_end_s = max(times[stage].gradient_end_s, eng.now)
 
-    def try_start(s: int) -> None:
-        if busy[s] or position[s] >= len(orders[s]):
+class _Pipeline:
+    """The stage processes (module docstring, steps 1 to 4 and 6): each runs its operations
+    in schedule order once their inputs have arrived, sends activations and gradients on,
+    and queues its gradient buckets during its last backward."""
+
+    def __init__(self, stages: list[StagePlan], micro: int, schedule: str, eng: _Engine,
+                 times: list[StageTimes]) -> None:
+        self.stages = stages
+        self.pp = len(stages)
+        self.eng = eng
+        self.times = times
+        self.calls = _Calls(eng, times)
+        self.orders = [stage_order(schedule, self.pp, s, micro) for s in range(self.pp)]
+        self.arrived: list[set[tuple[str, int]]] = [set() for _ in range(self.pp)]
+        self.position = [0] * self.pp
+        self.busy = [False] * self.pp
+
+    def start(self) -> None:
+        """Let every stage start what it can."""
+        for s in range(self.pp):
+            self.try_start(s)
+
+    def try_start(self, s: int) -> None:
+        """Start stage ``s``'s next operation if it is idle and the operation's input is in."""
+        if self.busy[s] or self.position[s] >= len(self.orders[s]):
             return
-        kind, j = orders[s][position[s]]
-        if kind == "F" and s > 0 and ("act", j) not in arrived[s]:
+        kind, j = self.orders[s][self.position[s]]
+        if kind == "F" and s > 0 and ("act", j) not in self.arrived[s]:
             return
-        if kind == "B" and s < pp - 1 and ("grad", j) not in arrived[s]:
+        if kind == "B" and s < self.pp - 1 and ("grad", j) not in self.arrived[s]:
             return
-        busy[s] = True
-        last = position[s] == len(orders[s]) - 1
-        plan = stages[s]
+        self.busy[s] = True
+        last = self.position[s] == len(self.orders[s]) - 1
+        plan = self.stages[s]
         segments = plan.forward if kind == "F" else plan.backward
-        run_segments(s, segments, 0, last and kind == "B", lambda: op_done(s, kind, j))
+        self._run_segments(s, segments, 0, last and kind == "B",
+                           lambda: self._op_done(s, kind, j))
 
-    def run_segments(s: int, segments: list[Segment], i: int, final: bool,
-                     done: Callable[[], None]) -> None:
+    def _run_segments(self, s: int, segments: list[Segment], i: int, final: bool,
+                      done: Callable[[], None]) -> None:
+        """Run ``segments[i:]`` of stage ``s`` (in the ``final`` backward, queue the buckets
+        each segment readies), then call ``done``."""
         if i == len(segments):
             done()
             return
         seg = segments[i]
+        eng, times = self.eng, self.times
 
         def after_compute() -> None:
             if final:
                 for b in seg.buckets:
-                    call = stages[s].buckets[b]
-                    enqueue(("grad", s, call.dim), call, s, lambda: bucket_done(s))
+                    call = self.stages[s].buckets[b]
+                    self.calls.enqueue(("grad", s, call.dim), call, s,
+                                       lambda: self._bucket_done(s))
             if seg.call is not None:
                 t0 = eng.now
 
@@ -286,44 +314,63 @@ def simulate_schedule(stages: list[StagePlan], micro: int, sharing: Sharing,
                     dim = seg.call.dim if seg.call else ""
                     bc = times[s].blocking_comm_s
                     bc[dim] = bc.get(dim, 0.0) + eng.now - t0
-                    run_segments(s, segments, i + 1, final, done)
-                run_call(seg.call, s, blocked)
+                    self._run_segments(s, segments, i + 1, final, done)
+                self.calls.run(seg.call, s, blocked)
             elif seg.compute_s > 0:
-                run_segments(s, segments, i + 1, final, done)
+                self._run_segments(s, segments, i + 1, final, done)
             else:   # a timer of zero: runs of empty segments must not nest the stack
-                eng.at(eng.now, lambda: run_segments(s, segments, i + 1, final, done))
+                eng.at(eng.now, lambda: self._run_segments(s, segments, i + 1, final, done))
         if seg.compute_s > 0:
             times[s].compute_s += seg.compute_s
             eng.at(eng.now + seg.compute_s, after_compute)
         else:
             after_compute()
 
-    def op_done(s: int, kind: str, j: int) -> None:
-        busy[s] = False
-        position[s] += 1
-        plan = stages[s]
-        if kind == "F" and s + 1 < pp:
+    def _bucket_done(self, stage: int) -> None:
+        """A gradient bucket of ``stage`` has been all-reduced."""
+        st = self.times[stage]
+        st.gradient_end_s = max(st.gradient_end_s, self.eng.now)
+
+    def _op_done(self, s: int, kind: str, j: int) -> None:
+        """Operation (``kind``, ``j``) of stage ``s`` ended: send its output on, go on."""
+        self.busy[s] = False
+        self.position[s] += 1
+        plan = self.stages[s]
+        if kind == "F" and s + 1 < self.pp:
             call = plan.send_forward
             assert call is not None
-            enqueue(("p2p", s, "F"), call, s, lambda: deliver(s + 1, ("act", j)))
+            self.calls.enqueue(("p2p", s, "F"), call, s,
+                               lambda: self._deliver(s + 1, ("act", j)))
         if kind == "B":
-            times[s].last_backward_end_s = eng.now
+            self.times[s].last_backward_end_s = self.eng.now
             if s > 0:
                 call = plan.send_backward
                 assert call is not None
-                enqueue(("p2p", s, "B"), call, s, lambda: deliver(s - 1, ("grad", j)))
-        try_start(s)
+                self.calls.enqueue(("p2p", s, "B"), call, s,
+                                   lambda: self._deliver(s - 1, ("grad", j)))
+        self.try_start(s)
 
-    def deliver(s: int, what: tuple[str, int]) -> None:
-        arrived[s].add(what)
-        try_start(s)
+    def _deliver(self, s: int, what: tuple[str, int]) -> None:
+        """An input (activations or gradient of a micro-batch) reached stage ``s``."""
+        self.arrived[s].add(what)
+        self.try_start(s)
 
-    for s in range(pp):
-        try_start(s)
+    def finish(self) -> None:
+        """Check that every stage ran all its operations; set when each stage ended."""
+        for s, st in enumerate(self.times):
+            if self.position[s] != len(self.orders[s]):
+                raise RuntimeError(f"stage {s} stopped after {self.position[s]} of "
+                                   f"{len(self.orders[s])} operations")
+            st.end_s = max(st.last_backward_end_s, st.gradient_end_s)
+
+
+def simulate_schedule(stages: list[StagePlan], micro: int, sharing: Sharing,
+                      schedule: str = "1f1b") -> Timeline:
+    """Run one iteration (module docstring) and return when everything ended."""
+    eng = _Engine(sharing)
+    times = [StageTimes(s) for s in range(len(stages))]
+    pipeline = _Pipeline(stages, micro, schedule, eng, times)
+    pipeline.start()
     eng.run()
-    for s, st in enumerate(times):
-        if position[s] != len(orders[s]):
-            raise RuntimeError(f"stage {s} stopped after {position[s]} of "
-                               f"{len(orders[s])} operations")
-        st.end_s = max(st.last_backward_end_s, st.gradient_end_s)
+    pipeline.finish()
     return Timeline(max(t.end_s for t in times), times, eng.events, sharing.solves)
