@@ -114,3 +114,22 @@ def test_interrupted_bench_removes_its_namespaces(job_tmp, sig):
 def test_emulated_needs_bandwidth_or_cluster(job_tmp):
     res = run_dlcomm("train", "--network", "emulated", tmp=job_tmp)
     assert res.returncode == 2 and "needs --bandwidth" in res.stderr
+
+
+@requires_root
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_the_cluster_is_built_leaves_no_namespace(sig):
+    """The handlers are in place before the first namespace is made: a signal in the middle
+    of the build removes what was built."""
+    code = ("import time; from dlcomm.emulate.cluster import temporary_cluster\n"
+            "with temporary_cluster(32, 1e9):\n    time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    mine = f"dlcomm-p{proc.pid}-"
+    deadline = time.monotonic() + 60
+    while not [ns for ns in dlcomm_namespaces() if ns.startswith(mine)]:
+        assert proc.poll() is None and time.monotonic() < deadline, "no namespace appeared"
+        time.sleep(0.02)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert f"Interrupted: interrupted by {sig.name}" in err
+    assert not [ns for ns in dlcomm_namespaces() if ns.startswith(mine)]

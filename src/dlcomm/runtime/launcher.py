@@ -144,9 +144,10 @@ def _host_store(place: Placement, master_port: int) -> Any:
 def launch(config: dict[str, Any], workers: int, place: Placement | None = None, *,
            entry: Sequence[str] = ("worker",), master_port: int = 0,
            rank0_output: bool = True, deadline_s: float | None = None,
-           kind: str = "job") -> None:
-    """Run ``dlcomm ENTRY --config FILE`` on ``workers`` ranks and wait for all of them
-    (the steps of the module docstring); ``config`` is written to FILE as JSON."""
+           kind: str = "job", module: str = "dlcomm") -> None:
+    """Run ``python -m MODULE ENTRY --config FILE`` (``dlcomm worker`` by default) on
+    ``workers`` ranks and wait for all of them (the steps of the module docstring);
+    ``config`` is written to FILE as JSON."""
     place = place or Placement()
     ranks: list[_Rank] = []
     with job_directory(kind) as tmp, interrupts_raised():
@@ -157,7 +158,7 @@ def launch(config: dict[str, Any], workers: int, place: Placement | None = None,
             for rank in range(workers):
                 error_file = tmp / f"rank{rank}.err"
                 log = None if (rank == 0 and rank0_output) else tmp / f"rank{rank}.log"
-                argv = [*place.prefix(rank), sys.executable, "-m", "dlcomm", *entry,
+                argv = [*place.prefix(rank), sys.executable, "-m", module, *entry,
                         "--config", str(config_path)]
                 proc = spawn(argv, env=_rank_env(rank, workers, place, store.port, error_file),
                              log=log)
