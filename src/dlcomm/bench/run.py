@@ -6,18 +6,18 @@ import json
 import os
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
+from dlcomm.bench import JOB_DEADLINE_S
 from dlcomm.bench.allreduce import AllreduceBench, bench_config_dict, summarize
 from dlcomm.emulate.placement import ClusterPlacement, NetworkOptions, placement
 from dlcomm.emulate.plan import parse_topology
 from dlcomm.exchange.bounds import LinkFacts, bandwidth_bound_s
+from dlcomm.results import new_result
+from dlcomm.runtime.jobdir import job_directory
 from dlcomm.runtime.launcher import launch
 from dlcomm.runtime.placement import Placement
-from dlcomm.results import new_result
 from dlcomm.switch.service import switches_for_job
-from dlcomm.runtime.jobdir import job_directory
 
 __all__ = ["run_allreduce", "print_allreduce_table", "link_facts", "SwitchOptions"]
 
@@ -54,7 +54,7 @@ def run_allreduce(cfg: AllreduceBench, net: NetworkOptions, switch: SwitchOption
         job = replace(cfg, exchanges=tuple(specs), result_path=str(part),
                       job_name=f"bench{os.getpid()}")
         launch(bench_config_dict(job), cfg.workers, place,
-               entry=("run-job", "bench-allreduce"))
+               entry=("run-job", "bench-allreduce"), deadline_s=JOB_DEADLINE_S)
         raw = json.loads(part.read_text())
         for entry, original in zip(raw["measured"], cfg.exchanges):
             entry["exchange"] = original

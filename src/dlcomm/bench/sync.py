@@ -16,18 +16,19 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from dlcomm.emulate.placement import NetworkOptions
+from dlcomm.bench import JOB_DEADLINE_S
+from dlcomm.emulate.placement import NetworkOptions, placement
 from dlcomm.errors import ConfigError
-from dlcomm.emulate.placement import placement
-from dlcomm.runtime.launcher import launch
 from dlcomm.registry import parse_spec
 from dlcomm.results import new_result, write_atomic
-from dlcomm.train.config import TrainConfig
 from dlcomm.runtime.jobdir import job_directory
+from dlcomm.runtime.launcher import launch
+from dlcomm.train.config import TrainConfig
 
 __all__ = ["SyncBench", "run_sync_bench", "time_to_target", "training_timeline", "plot_sync",
            "print_sync_table", "DEFAULT_SYNCS", "DEFAULT_SCENARIOS"]
@@ -156,7 +157,7 @@ def run_sync_bench(cfg: SyncBench, net: NetworkOptions = NetworkOptions(),
                     run = job.replace(master_addr=place.master_addr, exchange=specs[0],
                                       extra={"network_info": place.info,
                                              "exchange_requested": job.exchange})
-                    launch(run.to_dict(), cfg.workers, place)
+                    launch(run.to_dict(), cfg.workers, place, deadline_s=JOB_DEADLINE_S)
                 rows.append(_row(scenario, sync, json.loads(path.read_text()), cfg.target))
                 r = rows[-1]
                 progress(f"{scenario:>18}  {sync:<45} to {cfg.target:.0%}: "

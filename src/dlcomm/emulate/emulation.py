@@ -29,6 +29,7 @@ __all__ = ["choose_dilation", "run_emulation", "CAPACITY_SHARE"]
 # The emulated links together may use this share of the machine's measured capacity:
 # every host sends and receives at once, and workers also copy and reduce what they move.
 CAPACITY_SHARE = 0.3
+DEADLINE_S = 3600.0  # one exchange's emulation, at most (a stuck rank is stopped)
 
 
 def choose_dilation(bandwidth_bps: float, workers: int, capacity_bps: float) -> float:
@@ -63,7 +64,8 @@ def run_emulation(cfg: EmulateConfig, topology: str = "star", auto_dilation: boo
             part = tmp / "measured.json"
             job = replace(cfg, exchange=spec, result_path=str(part),
                           job_name=f"emu{os.getpid()}")
-            launch(config_dict(job), cfg.workers, place, entry=("run-job", "emulate"))
+            launch(config_dict(job), cfg.workers, place, entry=("run-job", "emulate"),
+                   deadline_s=DEADLINE_S)
             gathered = json.loads(part.read_text())
             rows.append({"exchange": requested, **breakdown(cfg, sched, gathered),
                          "exchange_stats": [w["stats"] for w in gathered]})
