@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -42,66 +43,113 @@ def _load_calibration(path: str | None) -> dict[str, dict[str, float]] | None:
         raise ConfigError(f"calibration file {path}: bad entry ({exc})") from None
 
 
+def _apply(options: list[Callable[..., Any]], func: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate ``func`` with ``options``, the first one listed first in the help."""
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _workload_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """What is trained, on which topology, split how."""
+    return _apply([
+        click.option("--workload", help="Catalog model (dlcomm workloads list)."),
+        click.option("--accelerators", "-n", type=int, default=0,
+                     help="Size the topology to about N accelerators (default: the spec's "
+                          "size)."),
+        click.option("--topology", default="fattree", show_default=True,
+                     help="Planner topology spec(s), comma-separated (dlcomm topo list)."),
+        click.option("--parallelism", default="", help="dp=..,pp=..,tp=..[,ep=,micro=,batch=,"
+                     "bytes=] or DPxPPxTP (default: data parallel; a missing dp fills N / (pp "
+                     "x tp))."),
+    ], func)
+
+
+def _exchange_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """How gradients are exchanged: the exchange, its compression, sparse gradients."""
+    return _apply([
+        click.option("--exchange", default="ring", show_default=True,
+                     help="ring, switch, sparse-switch, auto, compressed:method=M[,over=E]; "
+                          "comma-separated for what-if comparisons."),
+        click.option("--compress", help="Compressor spec wrapping every exchange (fp16, "
+                     "topk:ratio=0.01, powersgd, ...)."),
+        click.option("--compress-ratio", type=float, help="Wire bytes per float32 byte "
+                     "(default: measured by running the compressor)."),
+        click.option("--compress-gbps", type=float, default=100.0, show_default=True,
+                     help="GB/s of float32 data the accelerator compresses (and "
+                          "decompresses)."),
+        click.option("--density", type=float, default=1.0, show_default=True,
+                     help="Sparse exchanges: fraction of non-zero gradient blocks per worker."),
+        click.option("--sparse-pattern", type=click.Choice(["shared", "independent"]),
+                     default="shared", show_default=True),
+    ], func)
+
+
+def _cost_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """What compute and communication cost: the accelerator, the collectives' algorithm,
+    placement, schedule, latencies, buckets, links, embeddings and calibrated constants."""
+    return _apply([
+        click.option("--accelerator", default="v100", show_default=True),
+        click.option("--efficiency", type=float,
+                     help="Fraction of peak FLOP/s (default 0.4)."),
+        click.option("--algorithm", default="best", show_default=True,
+                     help="Host all-reduce: best, ring, tree, halving-doubling, doubling, "
+                          "torus, hierarchical[:H]."),
+        click.option("--placement", type=click.Choice(["linear", "random"]), default="linear",
+                     show_default=True),
+        click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]), default="1f1b",
+                     show_default=True),
+        click.option("--alpha-us", type=float, default=1.0, show_default=True,
+                     help="Latency per message (us)."),
+        click.option("--hop-latency-us", type=float, default=0.5, show_default=True,
+                     help="Latency per link of a route (us)."),
+        click.option("--bucket-mb", type=float, default=25.0, show_default=True,
+                     help="DDP bucket cap (MiB)."),
+        click.option("--link-rate", default="400gbit", show_default=True),
+        click.option("--ports", type=int, default=4, show_default=True),
+        click.option("--radix", type=int, default=64, show_default=True),
+        click.option("--replicate-embeddings", is_flag=True,
+                     help="Recommenders: all-reduce embeddings (plain DP) instead of sharding "
+                          "them."),
+        click.option("--calibration", "calibration_file", type=click.Path(dir_okay=False),
+                     help="Exchange constants from `dlcomm simulate calibrate --json`."),
+    ], func)
+
+
+def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """How many simulations, and where their result goes."""
+    return _apply([
+        click.option("--sweep", help="accelerators=N,N,...: one simulation per size."),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--json", "json_path", help="Write the JSON result (kind simulate) here."),
+        click.option("--plot", help="Write a PNG here."),
+        click.option("--quiet", is_flag=True, help="No progress lines and no table."),
+    ], func)
+
+
 @click.group(invoke_without_command=True)
-@click.option("--workload", help="Catalog model (dlcomm workloads list).")
-@click.option("--accelerators", "-n", type=int, default=0,
-              help="Size the topology to about N accelerators (default: the spec's size).")
-@click.option("--topology", default="fattree", show_default=True,
-              help="Planner topology spec(s), comma-separated (dlcomm topo list).")
-@click.option("--parallelism", default="", help="dp=..,pp=..,tp=..[,ep=,micro=,batch=,bytes=] "
-              "or DPxPPxTP (default: data parallel; a missing dp fills N / (pp x tp)).")
-@click.option("--exchange", default="ring", show_default=True,
-              help="ring, switch, sparse-switch, auto, compressed:method=M[,over=E]; "
-                   "comma-separated for what-if comparisons.")
-@click.option("--compress", help="Compressor spec wrapping every exchange (fp16, "
-              "topk:ratio=0.01, powersgd, ...).")
-@click.option("--compress-ratio", type=float, help="Wire bytes per float32 byte (default: "
-              "measured by running the compressor).")
-@click.option("--compress-gbps", type=float, default=100.0, show_default=True,
-              help="GB/s of float32 data the accelerator compresses (and decompresses).")
-@click.option("--density", type=float, default=1.0, show_default=True,
-              help="Sparse exchanges: fraction of non-zero gradient blocks per worker.")
-@click.option("--sparse-pattern", type=click.Choice(["shared", "independent"]),
-              default="shared", show_default=True)
-@click.option("--accelerator", default="v100", show_default=True)
-@click.option("--efficiency", type=float, help="Fraction of peak FLOP/s (default 0.4).")
-@click.option("--algorithm", default="best", show_default=True,
-              help="Host all-reduce: best, ring, tree, halving-doubling, doubling, torus, "
-                   "hierarchical[:H].")
-@click.option("--placement", type=click.Choice(["linear", "random"]), default="linear",
-              show_default=True)
-@click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]), default="1f1b",
-              show_default=True)
-@click.option("--alpha-us", type=float, default=1.0, show_default=True,
-              help="Latency per message (us).")
-@click.option("--hop-latency-us", type=float, default=0.5, show_default=True,
-              help="Latency per link of a route (us).")
-@click.option("--bucket-mb", type=float, default=25.0, show_default=True,
-              help="DDP bucket cap (MiB).")
-@click.option("--link-rate", default="400gbit", show_default=True)
-@click.option("--ports", type=int, default=4, show_default=True)
-@click.option("--radix", type=int, default=64, show_default=True)
-@click.option("--replicate-embeddings", is_flag=True,
-              help="Recommenders: all-reduce embeddings (plain DP) instead of sharding them.")
-@click.option("--calibration", "calibration_file", type=click.Path(dir_okay=False),
-              help="Exchange constants from `dlcomm simulate calibrate --json`.")
-@click.option("--sweep", help="accelerators=N,N,...: one simulation per size.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--json", "json_path", help="Write the JSON result (kind simulate) here.")
-@click.option("--plot", help="Write a PNG here.")
-@click.option("--quiet", is_flag=True, help="No progress lines and no table.")
+@_workload_options
+@_exchange_options
+@_cost_options
+@_run_options
 @click.pass_context
-def simulate(ctx: click.Context, workload: str | None, accelerators: int, topology: str,
-             parallelism: str, exchange: str, compress: str | None,
-             compress_ratio: float | None, compress_gbps: float, density: float,
-             sparse_pattern: str, accelerator: str, efficiency: float | None, algorithm: str,
-             placement: str, schedule: str, alpha_us: float, hop_latency_us: float,
-             bucket_mb: float, link_rate: str, ports: int, radix: int,
-             replicate_embeddings: bool, calibration_file: str | None, sweep: str | None,
-             seed: int, json_path: str | None, plot: str | None, quiet: bool) -> None:
+def simulate(ctx: click.Context, /, **options: Any) -> None:
     """Simulate one training iteration of a workload on a planned topology."""
     if ctx.invoked_subcommand is not None:
         return
+    run_simulate(**options)
+
+
+def run_simulate(workload: str | None, accelerators: int, topology: str, parallelism: str,
+                 exchange: str, compress: str | None, compress_ratio: float | None,
+                 compress_gbps: float, density: float, sparse_pattern: str, accelerator: str,
+                 efficiency: float | None, algorithm: str, placement: str, schedule: str,
+                 alpha_us: float, hop_latency_us: float, bucket_mb: float, link_rate: str,
+                 ports: int, radix: int, replicate_embeddings: bool,
+                 calibration_file: str | None, sweep: str | None, seed: int,
+                 json_path: str | None, plot: str | None, quiet: bool) -> None:
+    """Check the options of ``dlcomm simulate``, run its simulations (one per topology,
+    exchange and size), then write, plot and print the result."""
     from dlcomm.errors import ConfigError
     from dlcomm.registry import split_specs
     from dlcomm.registry import parse_rate
