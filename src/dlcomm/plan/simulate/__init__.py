@@ -7,10 +7,11 @@
 Layers: ``algorithms`` (collectives as flow phases) -> ``fluid`` (flow patterns on a
 planner topology, max-min sharing) -> ``collective`` (calls, exchanges, calibration
 constants) -> ``schedule`` (event-driven pipeline + DDP overlap on the fluid network) ->
-``iteration`` (a catalog workload as stage plans). Around them: ``sweep`` (many runs),
-``calibration`` (the modelled all-reduce and the fit that measured constants come from),
-``packet`` (the switch dataplane in virtual time, over dlcomm.testing's fake network),
-``reproduce`` (published comparisons), ``report`` and ``commands`` (CLI). Pure planning
+``plans`` (a catalog workload as stage plans) -> ``iteration`` (one configured iteration
+and its result). Around them: ``sweep`` (many runs), ``calibration`` (the modelled
+all-reduce and the fit that measured constants come from), ``packet`` (the switch
+dataplane in virtual time, over dlcomm.testing's fake network), ``reproduce`` (published
+comparisons), ``report`` and ``commands`` (CLI). Pure planning
 code: no processes, no sockets; calibrating and validating against the emulator, which
 runs both, is :mod:`dlcomm.bench.calibrate` and :mod:`dlcomm.bench.validate`.
 Attributes load lazily so that ``import dlcomm.plan.simulate`` stays light.

@@ -21,6 +21,7 @@ Steps (each piece is shared with the rest of dlcomm):
    expert layers in their own buckets over dp/ep, sharded embeddings in none; each
    bucket's all-reduce through the exchange (``dlcomm.plan.simulate.collective``).
 6. Pipeline transfers: the stage's last activation / tp per micro-batch, both ways.
+   (Steps 2 to 6 as stage plans: ``dlcomm.plan.simulate.plans``.)
 7. The event-driven schedule on the fluid network (``dlcomm.plan.simulate.schedule``); the
    result at real scale (/ K).
 """
@@ -28,7 +29,7 @@ Steps (each piece is shared with the rest of dlcomm):
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -36,14 +37,7 @@ import numpy as np
 from dlcomm.errors import ConfigError
 from dlcomm.plan.commtime import PLACEMENTS, place_ranks
 from dlcomm.plan.topology import LinkParams, Topology, build_topology, sized_spec
-from dlcomm.plan.traffic import (
-    Parallelism,
-    _is_mlp,
-    _pairs,
-    iteration_traffic,
-    parse_parallelism,
-    stages,
-)
+from dlcomm.plan.traffic import Parallelism, iteration_traffic, parse_parallelism
 from dlcomm.registry import parse_spec
 from dlcomm.plan.simulate.collective import (
     Call,
@@ -53,26 +47,13 @@ from dlcomm.plan.simulate.collective import (
     parse_exchange,
 )
 from dlcomm.plan.simulate.fluid import Sharing, SimNetwork
-from dlcomm.plan.simulate.schedule import (
-    SCHEDULES,
-    Segment,
-    StagePlan,
-    compute_only,
-    simulate_schedule,
-)
+from dlcomm.plan.simulate.plans import StagePlanner
+from dlcomm.plan.simulate.schedule import SCHEDULES, compute_only, simulate_schedule
 from dlcomm.workloads.accelerators import get_accelerator
-from dlcomm.workloads.catalog import (
-    MODELS,
-    ModelTable,
-    get_model,
-    gradient_buckets,
-    iteration_time,
-)
+from dlcomm.workloads.catalog import MODELS, ModelTable, get_model, iteration_time
 from dlcomm.workloads.catalog.compute import DDP_BUCKET_CAP_BYTES
 
 __all__ = ["SimConfig", "simulate", "resolve_parallelism", "build_topology_for"]
-
-_SPLIT = ("linear", "conv", "embedding")
 
 
 @dataclass(frozen=True)
@@ -155,129 +136,6 @@ def resolve_parallelism(text: str, model: ModelTable, accelerators: int,
     return par.resolved(model)
 
 
-@dataclass
-class _Builder:
-    """Stage plans of one iteration (module docstring, steps 2-6)."""
-
-    model: ModelTable
-    par: Parallelism
-    coll: Collectives
-    fwd: list[float]                       # per layer, per micro-batch and rank (s)
-    bwd: list[float]
-    sharded_embeddings: bool
-    cap_bytes: int
-    calls: list[Call] = field(default_factory=list)
-
-    def plans(self) -> list[StagePlan]:
-        parts = stages(self.model, self.par.pp)
-        bounds = np.cumsum([0] + [len(p) for p in parts])
-        out = []
-        for s in range(self.par.pp):
-            out.append(self._stage(s, int(bounds[s]), int(bounds[s + 1])))
-        return out
-
-    def _stage(self, s: int, start: int, end: int) -> StagePlan:
-        par, layers, mb = self.par, self.model.layers, self.par.batch / self.par.micro_batches
-        nb = par.bytes
-        pre_f: dict[int, list[Call]] = {}
-        post_f: dict[int, list[Call]] = {}
-        pre_b: dict[int, list[Call]] = {}
-        post_b: dict[int, list[Call]] = {}
-
-        def add(where: dict[int, list[Call]], i: int, call: Call) -> None:
-            where.setdefault(i, []).append(call)
-            self.calls.append(call)
-
-        pairs = _pairs(layers)
-        if par.tp > 1:
-            for a, b in pairs:
-                if not start <= a < end:
-                    continue
-                last = a if b is None else b
-                at = last if last < end else end - 1
-                add(post_f, at, self.coll.allreduce("tp", s, layers[last].out_elems * mb * nb))
-                add(post_b, a, self.coll.allreduce("tp", s, layers[a].in_elems * mb * nb))
-            for i in range(start, end):
-                if layers[i].kind == "embedding" and not self.sharded_embeddings:
-                    add(post_f, i, self.coll.allreduce("tp", s, layers[i].out_elems * mb * nb))
-        experts: set[int] = set()
-        if par.ep > 1:
-            mlp = [p for p in pairs if p[1] is not None and _is_mlp(layers[p[0]])]
-            for a, b in mlp[par.moe_every - 1::par.moe_every]:
-                assert b is not None
-                if not start <= a < end:
-                    continue
-                experts |= {a, b}
-                dispatch = layers[a].in_elems * mb * nb / par.tp
-                combine = layers[b].out_elems * mb * nb / par.tp
-                add(pre_f, a, self.coll.alltoall("ep", s, dispatch))
-                add(post_f, min(b, end - 1), self.coll.alltoall("ep", s, combine))
-                add(pre_b, min(b, end - 1), self.coll.alltoall("ep", s, combine))
-                add(post_b, a, self.coll.alltoall("ep", s, dispatch))
-        emb = [i for i in range(start, end) if layers[i].kind == "embedding"]
-        if self.sharded_embeddings and emb and par.dp > 1:
-            size = par.batch * sum(layers[i].out_elems for i in emb) * nb
-            add(post_f, emb[-1], self.coll.alltoall("embedding", s, size))
-            add(pre_b, emb[-1], self.coll.alltoall("embedding", s, size))
-
-        # gradient buckets, in backward order, per gradient group
-        marks: dict[int, list[int]] = {}
-        grads: list[Call] = []
-        order = list(range(end - 1, start - 1, -1))
-        groups = {"dp": [i for i in order if i not in experts
-                         and not (self.sharded_embeddings and layers[i].kind == "embedding")],
-                  "dp-expert": [i for i in order if i in experts]}
-        sizes = {"dp": par.dp, "dp-expert": par.dp // par.ep}
-        for dim, members in groups.items():
-            if sizes[dim] < 2 or not members:
-                continue
-            params = [round(layers[i].params / par.tp) if layers[i].kind in _SPLIT
-                      else layers[i].params for i in members]
-            buckets = gradient_buckets([layers[i].name for i in members], params,
-                                       [self.bwd[i] for i in members], self.cap_bytes,
-                                       bytes_per_param=nb)
-            index = {layers[i].name: i for i in members}
-            for bucket in buckets:
-                call = self.coll.gradients(dim, s, bucket.bytes)
-                marks.setdefault(index[bucket.layers[-1]], []).append(len(grads))
-                grads.append(call)
-                self.calls.append(call)
-
-        forward = _segments(range(start, end), self.fwd, pre_f, post_f, {})
-        backward = _segments(order, self.bwd, pre_b, post_b, marks)
-        out_bytes = layers[end - 1].out_elems * mb * nb / par.tp
-        send_f = self.coll.p2p(s, True, out_bytes) if s + 1 < par.pp else None
-        send_b = None
-        if s > 0:
-            back = layers[start - 1].out_elems * mb * nb / par.tp
-            send_b = self.coll.p2p(s - 1, False, back)
-        for c in (send_f, send_b):
-            if c is not None:
-                self.calls.append(c)
-        return StagePlan(forward, backward, send_f, send_b, grads)
-
-
-def _segments(order: Any, times: list[float], pre: dict[int, list[Call]],
-              post: dict[int, list[Call]], marks: dict[int, list[int]]) -> list[Segment]:
-    """Compute merged between events: a segment ends at every call and bucket mark."""
-    out: list[Segment] = []
-    acc = 0.0
-    for i in order:
-        for call in pre.get(i, []):
-            out.append(Segment(acc, call))
-            acc = 0.0
-        acc += times[i]
-        if i in marks:
-            out.append(Segment(acc, None, tuple(marks[i])))
-            acc = 0.0
-        for call in post.get(i, []):
-            out.append(Segment(acc, call))
-            acc = 0.0
-    if acc > 0 or not out:
-        out.append(Segment(acc))
-    return out
-
-
 def _exchange_model(cfg: SimConfig, world_dp: int) -> ExchangeModel:
     kind, method = parse_exchange(cfg.exchange)
     if cfg.compress and method:
@@ -316,8 +174,8 @@ def simulate(cfg: SimConfig) -> dict[str, Any]:
     scale = mb / par.tp * cfg.dilation
     fwd = [t * scale for _, t in per_sample.forward]
     bwd = [t * scale for _, t in reversed(per_sample.backward)]   # forward order
-    builder = _Builder(model, par, coll, fwd, bwd, sharded,
-                       int(cfg.bucket_mb * 2**20))
+    builder = StagePlanner(model, par, coll, fwd, bwd, sharded,
+                           int(cfg.bucket_mb * 2**20))
     plans = builder.plans()
     t_plan = time.perf_counter()
     used = sorted({st.pattern for c in builder.calls for st in c.steps}, key=repr)
