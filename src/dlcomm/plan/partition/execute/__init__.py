@@ -4,7 +4,7 @@
     runs = execute(table, [ExecPlan(types, splits, slowdowns)], batch=8, steps=2)
     assert runs[0].gradients_match and runs[0].bytes_match
 
-For each plan: every rank trains ``steps`` SGD steps on its shards (network.py); the
+For each plan: every rank trains ``steps`` SGD steps on its shards (model.py); the
 gradient shards of every step are compared with single-process training of the same
 network from the same weights and batches, and the elements each rank sent and received
 per edge and layer are compared with the cost model's (expected.py).
