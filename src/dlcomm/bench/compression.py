@@ -23,9 +23,10 @@ import itertools
 import json
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -223,8 +224,7 @@ def _train_row(workload: str, method: Method, doc: dict[str, Any], target: float
 
 
 def accuracy_rows(cfg: CompressionBench, progress: Progress) -> list[dict[str, Any]]:
-    from dlcomm.emulate.placement import NetworkOptions
-    from dlcomm.emulate.placement import placement
+    from dlcomm.emulate.placement import NetworkOptions, placement
 
     rows = []
     net = NetworkOptions()
@@ -246,8 +246,7 @@ def accuracy_rows(cfg: CompressionBench, progress: Progress) -> list[dict[str, A
 
 
 def train_rows(cfg: CompressionBench, progress: Progress) -> list[dict[str, Any]]:
-    from dlcomm.emulate.placement import NetworkOptions
-    from dlcomm.emulate.placement import placement
+    from dlcomm.emulate.placement import NetworkOptions, placement
 
     rows: list[dict[str, Any]] = []
     with job_directory("bench-compress") as tmp:

@@ -151,12 +151,11 @@ def run_simulate(workload: str | None, accelerators: int, topology: str, paralle
     """Check the options of ``dlcomm simulate``, run its simulations (one per topology,
     exchange and size), then write, plot and print the result."""
     from dlcomm.errors import ConfigError
-    from dlcomm.registry import split_specs
-    from dlcomm.registry import parse_rate
-    from dlcomm.results import check_writable, write_json
     from dlcomm.plan.simulate.iteration import SimConfig
     from dlcomm.plan.simulate.report import plot_simulation, print_simulation
     from dlcomm.plan.simulate.sweep import parse_sweep, run_simulations
+    from dlcomm.registry import parse_rate, split_specs
+    from dlcomm.results import check_writable, write_json
 
     if not workload:
         raise ConfigError("--workload is required (or a subcommand: validate, calibrate, "
@@ -196,10 +195,10 @@ def run_simulate(workload: str | None, accelerators: int, topology: str, paralle
 def packet_cmd(workers: int, size: str, bandwidth: str, latency_us: float, k: int, window: int,
                json_path: str | None) -> None:
     """Drive the switch's dataplane over the fake network; compare with the flow model."""
-    from dlcomm.registry import parse_rate, parse_size
-    from dlcomm.results import check_writable, new_result, write_json
     from dlcomm.plan.simulate.packet import packet_check
     from dlcomm.plan.simulate.report import print_packet
+    from dlcomm.registry import parse_rate, parse_size
+    from dlcomm.results import check_writable, new_result, write_json
 
     check_writable(json_path, "--json")
     check = packet_check(workers, parse_size(size), parse_rate(bandwidth), latency_us * 1e-6,
@@ -221,9 +220,9 @@ def packet_cmd(workers: int, size: str, bandwidth: str, latency_us: float, k: in
 @click.option("--quiet", is_flag=True)
 def reproduce_cmd(which: str, json_path: str | None, quiet: bool) -> None:
     """Reproduce a published comparison (docs/simulation.md)."""
-    from dlcomm.results import check_writable, write_json
     from dlcomm.plan.simulate.report import print_reproduction
     from dlcomm.plan.simulate.reproduce import REPRODUCTIONS
+    from dlcomm.results import check_writable, write_json
 
     check_writable(json_path, "--json")
     result = REPRODUCTIONS[which](_say(quiet))

@@ -36,9 +36,6 @@ import numpy as np
 
 from dlcomm.errors import ConfigError
 from dlcomm.plan.commtime import PLACEMENTS, place_ranks
-from dlcomm.plan.topology import LinkParams, Topology, build_topology, sized_spec
-from dlcomm.plan.traffic import Parallelism, iteration_traffic, parse_parallelism
-from dlcomm.registry import parse_spec
 from dlcomm.plan.simulate.collective import (
     Call,
     Collectives,
@@ -49,6 +46,9 @@ from dlcomm.plan.simulate.collective import (
 from dlcomm.plan.simulate.fluid import Sharing, SimNetwork
 from dlcomm.plan.simulate.plans import StagePlanner
 from dlcomm.plan.simulate.schedule import SCHEDULES, compute_only, simulate_schedule
+from dlcomm.plan.topology import LinkParams, Topology, build_topology, sized_spec
+from dlcomm.plan.traffic import Parallelism, iteration_traffic, parse_parallelism
+from dlcomm.registry import parse_spec
 from dlcomm.workloads.accelerators import get_accelerator
 from dlcomm.workloads.catalog import MODELS, ModelTable, get_model, iteration_time
 from dlcomm.workloads.catalog.compute import DDP_BUCKET_CAP_BYTES

@@ -35,8 +35,9 @@ from __future__ import annotations
 import heapq
 import math
 from collections import defaultdict, deque
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable
+from typing import Any
 
 from dlcomm.errors import ConfigError
 from dlcomm.plan.simulate.collective import Call

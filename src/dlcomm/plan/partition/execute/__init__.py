@@ -86,8 +86,13 @@ def execute(table: ModelTable, plans: list[ExecPlan], *, batch: int, steps: int 
     import torch
 
     from dlcomm.plan.partition.execute.launch import run_job
-    from dlcomm.plan.partition.execute.model import (build_program, executable_table,
-                                                       init_weights, make_batch, reference_step)
+    from dlcomm.plan.partition.execute.model import (
+        build_program,
+        executable_table,
+        init_weights,
+        make_batch,
+        reference_step,
+    )
     from dlcomm.plan.partition.execute.worker import table_to_dict
     from dlcomm.plan.partition.graph import build_graph
 

@@ -65,7 +65,7 @@ class DT:
     rows: int                        # global B
     cols: int                        # global size of dim 1
 
-    def flatten(self) -> "DT":
+    def flatten(self) -> DT:
         if self.local.dim() <= 2:
             return self
         area = math.prod(self.local.shape[2:])
