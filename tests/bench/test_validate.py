@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from dlcomm.errors import ConfigError
 from dlcomm.bench import validate as validate_mod
 from dlcomm.bench.validate import ValidateConfig
+from dlcomm.errors import ConfigError
 from dlcomm.plan.simulate.calibration import fit, modelled_allreduce_s, star_spec
 
 

@@ -4,8 +4,14 @@ import numpy as np
 import pytest
 
 from dlcomm.plan import collectives as coll
-from dlcomm.plan.bandwidth import (alltoall_gbps, bisection_flow_gbps, measure, mincut_gbps,
-                                   permutation_gbps, ring_allreduce_flow)
+from dlcomm.plan.bandwidth import (
+    alltoall_gbps,
+    bisection_flow_gbps,
+    measure,
+    mincut_gbps,
+    permutation_gbps,
+    ring_allreduce_flow,
+)
 from dlcomm.plan.commtime import _rate
 from dlcomm.plan.flownet import FlowNet
 from dlcomm.plan.topology import build_topology

@@ -44,12 +44,14 @@ def test_torus_rings():
     t4 = coll.torus_allreduce([4, 8], 32e6, A, B, rings=4)
     assert t4 == pytest.approx(2 * 10 * A + 2 * 31 / 32 * 32e6 * B / 4)
     # one dimension is the ring
-    assert coll.torus_allreduce([16], 1e6, A, B) == pytest.approx(coll.ring_allreduce(16, 1e6, A, B))
+    ring = coll.ring_allreduce(16, 1e6, A, B)
+    assert coll.torus_allreduce([16], 1e6, A, B) == pytest.approx(ring)
 
 
 def test_hierarchical_alltoall_ina_p2p():
     t = coll.hierarchical_allreduce(8, 4, 8e6, A, B, 4 * B)
-    assert t == pytest.approx(coll.ring_allreduce(8, 8e6, A, B) + coll.ring_allreduce(4, 1e6, A, 4 * B))
+    two_levels = coll.ring_allreduce(8, 8e6, A, B) + coll.ring_allreduce(4, 1e6, A, 4 * B)
+    assert t == pytest.approx(two_levels)
     assert coll.alltoall_pairwise(4, 4e6, A, B) == pytest.approx(3 * A + 3e6 * B)
     # bounds: injection 1 GB/s, bisection 1 GB/s, p = 8 ranks of 1 MB
     assert coll.alltoall_lower_bound(8, 1e6, 1e9, 1e9) == pytest.approx(2e6 / 1e9)

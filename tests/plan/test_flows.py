@@ -7,8 +7,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlcomm.plan.flownet import FlowNet
-from dlcomm.plan.flows import (alltoall_loads, alltoall_rate, concurrent_rate, edge_loads,
-                               max_min_rates, route_matrix)
+from dlcomm.plan.flows import (
+    alltoall_loads,
+    alltoall_rate,
+    concurrent_rate,
+    edge_loads,
+    max_min_rates,
+    route_matrix,
+)
 from dlcomm.plan.topology import build_topology
 
 

@@ -8,8 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlcomm.errors import ConfigError, RegistryError
-from dlcomm.plan.topology import (COMPARE_SET, TOPOLOGIES, LinkParams, build_topology,
-                                  sized_spec)
+from dlcomm.plan.topology import COMPARE_SET, TOPOLOGIES, LinkParams, build_topology, sized_spec
 from dlcomm.plan.topology.clos import Clos
 
 

@@ -54,13 +54,15 @@ class AllreduceBench:
         if self.workers < 1:
             raise ConfigError(f"--workers must be >= 1, got {self.workers}")
         if self.size_bytes < 4 or self.size_bytes % 4:
-            raise ConfigError(f"--size must be a positive multiple of 4 bytes, got {self.size_bytes}")
+            raise ConfigError("--size must be a positive multiple of 4 bytes, got "
+                              f"{self.size_bytes}")
         if self.reps < 1 or self.warmup < 0:
             raise ConfigError("--reps must be >= 1 and --warmup >= 0")
         if not 0 <= self.density <= 1:
             raise ConfigError(f"--density must be in [0, 1], got {self.density}")
         if self.pattern not in PATTERNS:
-            raise ConfigError(f"--pattern must be one of {', '.join(PATTERNS)}, got {self.pattern!r}")
+            raise ConfigError(f"--pattern must be one of {', '.join(PATTERNS)}, "
+                              f"got {self.pattern!r}")
         if self.block < 1:
             raise ConfigError(f"--block must be >= 1, got {self.block}")
 
@@ -87,7 +89,8 @@ def make_input(seed: int, rank: int, numel: int, density: float = 1.0,
         keep = torch.rand(numel, generator=gen) < density
         return torch.where(keep, x, zero)
     blocks = -(-numel // block)
-    pick = torch.Generator().manual_seed(seed * 100_003 + (rank if pattern == "independent" else 99_991))
+    stream = rank if pattern == "independent" else 99_991
+    pick = torch.Generator().manual_seed(seed * 100_003 + stream)
     keep_blocks = torch.rand(blocks, generator=pick) < density
     return torch.where(keep_blocks.repeat_interleave(block)[:numel], x, zero)
 

@@ -30,8 +30,9 @@ emulated iterations with these two constants, which never saw a model's iteratio
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from dlcomm.errors import ConfigError
 from dlcomm.plan.simulate.calibration import fit, modelled_allreduce_s

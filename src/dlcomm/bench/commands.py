@@ -122,8 +122,13 @@ def bench_sync(syncs: str | None, scenarios: str, workers: int, workload: str,
                compute_ms: float, epochs: int, eval_every: int, target: float, seed: int,
                timeout_s: float, json_path: str | None, plot: str | None, **net: Any) -> None:
     """Time to target accuracy of sync protocols, homogeneous and with stragglers."""
-    from dlcomm.bench.sync import (DEFAULT_SYNCS, SyncBench, plot_sync, print_sync_table,
-                                   run_sync_bench)
+    from dlcomm.bench.sync import (
+        DEFAULT_SYNCS,
+        SyncBench,
+        plot_sync,
+        print_sync_table,
+        run_sync_bench,
+    )
     from dlcomm.emulate.placement import NetworkOptions
     from dlcomm.results import check_writable, write_json
 
@@ -176,7 +181,7 @@ def bench_train(exchanges: str, target: str, json_path: str | None, run_timeout_
         ttt = row["time_to_target_s"]
         click.echo(f"{row['exchange']:>28}: {row['time_per_step_s'] * 1e3:8.1f} ms/step, "
                    f"{row['bytes_sent_per_worker_per_step'] / 1e6:8.3f} MB sent/step, "
-                   f"{'target at ' + format(ttt, '.1f') + ' s' if ttt is not None else 'target not reached'}")
+                   + (f"target at {ttt:.1f} s" if ttt is not None else "target not reached"))
 
 
 def _keyed(values: tuple[str, ...], convert: Any, what: str) -> dict[str, Any]:
@@ -236,8 +241,13 @@ def bench_compression(parts: str, size: str, reps: int, throughput_methods: str,
                       emulate_models: str, emulate_bandwidth: str, emulate_methods: str,
                       json_path: str | None, plot: str | None) -> None:
     """Does compression pay? Throughput, accuracy, time to target, emulated big models."""
-    from dlcomm.bench.compression import (CompressionBench, parse_methods, plot_compression,
-                                          print_compression_tables, run_compression_bench)
+    from dlcomm.bench.compression import (
+        CompressionBench,
+        parse_methods,
+        plot_compression,
+        print_compression_tables,
+        run_compression_bench,
+    )
     from dlcomm.compress import make_compressor
     from dlcomm.errors import ConfigError
     from dlcomm.registry import parse_size
@@ -298,12 +308,12 @@ def validate_cmd(workloads: str, workers: str, dilations: str, bandwidth: str, i
                  warmup: int, reps: int, calibration: str, json_path: str | None,
                  quiet: bool) -> None:
     """Emulator vs simulator: ring and switch, iteration times and errors (needs root)."""
+    from dlcomm.bench.validate import ValidateConfig, validate
     from dlcomm.emulate.cluster import require_root
     from dlcomm.errors import ConfigError
+    from dlcomm.plan.simulate.report import print_validation
     from dlcomm.registry import parse_rate
     from dlcomm.results import check_writable, write_json
-    from dlcomm.plan.simulate.report import print_validation
-    from dlcomm.bench.validate import ValidateConfig, validate
 
     try:
         counts = tuple(int(x) for x in workers.split(","))
@@ -335,11 +345,10 @@ def validate_cmd(workloads: str, workers: str, dilations: str, bandwidth: str, i
 def calibrate_cmd(workers: int, bandwidth: str, exchange: str, sizes: str, reps: int,
                   mode: str, json_path: str | None) -> None:
     """Fit each exchange's overhead and efficiency on an emulated star (needs root)."""
-    from dlcomm.emulate.cluster import require_root
-    from dlcomm.registry import split_specs
-    from dlcomm.registry import parse_rate, parse_size
-    from dlcomm.results import check_writable, new_result, write_json
     from dlcomm.bench.calibrate import CalibrationConfig, calibrate
+    from dlcomm.emulate.cluster import require_root
+    from dlcomm.registry import parse_rate, parse_size, split_specs
+    from dlcomm.results import check_writable, new_result, write_json
 
     cfg = CalibrationConfig(workers, parse_rate(bandwidth), tuple(split_specs(exchange)),
                             tuple(parse_size(s) for s in sizes.split(",")), reps, mode=mode)

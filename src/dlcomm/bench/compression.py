@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from dlcomm.bench import JOB_DEADLINE_S
 from dlcomm.bench.compression_report import (
     plot_compression,
     print_compression_tables,
@@ -190,7 +191,7 @@ def _train(workload: str, method: Method, seed: int, net: Any, place: Any, cfg: 
                       json=str(path), timeout_s=cfg.timeout_s, master_addr=place.master_addr,
                       network=net.network, bandwidth=net.bandwidth,
                       extra={"network_info": place.info})
-    launch(job.to_dict(), cfg.workers, place)
+    launch(job.to_dict(), cfg.workers, place, deadline_s=JOB_DEADLINE_S)
     return json.loads(path.read_text())
 
 

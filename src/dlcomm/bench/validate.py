@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
-from dlcomm.errors import ConfigError
-from dlcomm.results import new_result
 from dlcomm.bench.calibrate import CalibrationConfig, calibrate
+from dlcomm.errors import ConfigError
 from dlcomm.plan.simulate.calibration import star_spec
 from dlcomm.plan.simulate.iteration import SimConfig, simulate
+from dlcomm.results import new_result
 
 __all__ = ["ValidateConfig", "validate", "TOLERANCE"]
 

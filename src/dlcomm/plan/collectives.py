@@ -23,7 +23,7 @@ these directly; ``bus_bandwidth`` turns a time into NCCL's "bus bandwidth" conve
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from dlcomm.volume import ring_allreduce_factor
 

@@ -8,7 +8,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -149,10 +150,10 @@ def topo_compare(accelerators: int, topologies: str | None, workload: str | None
                  quiet: bool) -> None:
     """Compare topologies of about N accelerators: cost, bandwidth, per dollar."""
     from dlcomm.errors import ConfigError
-    from dlcomm.registry import split_specs
     from dlcomm.plan.compare import CompareConfig, compare, plot_compare, print_compare
     from dlcomm.plan.topology import COMPARE_SET, TOPOLOGIES, sized_spec
     from dlcomm.plan.traffic import parse_parallelism
+    from dlcomm.registry import split_specs
     from dlcomm.results import check_writable, write_json
     from dlcomm.workloads.catalog import MODELS
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from dlcomm.errors import ConfigError
 from dlcomm.plan.bandwidth import DEFAULT_ALLREDUCE_BYTES, DEFAULT_ALPHA_S, measure
@@ -28,8 +29,8 @@ from dlcomm.plan.topology import COMPARE_SET, build_topology, sized_spec
 from dlcomm.plan.topology.base import LinkParams, Topology
 from dlcomm.plan.topology.fattree import FatTree
 from dlcomm.plan.traffic import Parallelism
-from dlcomm.results import new_result
 from dlcomm.plots import save_figure
+from dlcomm.results import new_result
 
 __all__ = ["CompareConfig", "compare", "print_compare", "plot_compare", "RELATIVE_KEYS"]
 

@@ -23,8 +23,9 @@ exact load of every edge for any translation-invariant demand (all-to-all).
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -127,7 +128,7 @@ class FlowNet:
     # -- construction --------------------------------------------------------------------
     @classmethod
     def from_graph(cls, graph: Any, capacity: str = "capacity",
-                   use_symmetry: bool = True) -> "FlowNet":
+                   use_symmetry: bool = True) -> FlowNet:
         """Build from a networkx (Di/Multi)Graph. Nodes with ``kind == "acc"`` are the
         accelerators (all nodes if none is marked); parallel edges add capacities."""
         marked = [n for n, k in graph.nodes(data="kind") if k == "acc"]

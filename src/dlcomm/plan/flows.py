@@ -25,7 +25,8 @@ A flow from a node to itself gets its demand (inf without one). The simulator ca
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -198,7 +199,8 @@ def concurrent_rate(graph: Any, flows: Iterable[Sequence[Any]]) -> float:
     return float((net.cap[used] / load[used]).min()) if used.any() else float("inf")
 
 
-def edge_loads(graph: Any, flows: Iterable[Sequence[Any]]) -> dict[tuple[Hashable, Hashable], float]:
+def edge_loads(graph: Any, flows: Iterable[Sequence[Any]]
+               ) -> dict[tuple[Hashable, Hashable], float]:
     """Load of each used directed edge (u, v) when every flow runs at its weight."""
     net = as_flownet(graph)
     src, dst, weight, _ = _parse(net, flows)

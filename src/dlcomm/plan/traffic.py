@@ -5,8 +5,9 @@ For a model's layer table (``dlcomm.workloads.catalog``) and a parallelism DP x 
 paper (docs/references.md):
 
 - pipeline (PP): layers are cut into ``pp`` contiguous stages of about equal forward
-  FLOPs, each cut moved (within a quarter stage) to the smallest activation; at every stage boundary each micro-batch sends its activations forward and their
-  gradients backward: 2 M point-to-point messages of (out_elems x micro-batch x bytes /
+  FLOPs, each cut moved (within a quarter stage) to the smallest activation; at every
+  stage boundary each micro-batch sends its activations forward and their gradients
+  backward: 2 M point-to-point messages of (out_elems x micro-batch x bytes /
   tp) per iteration (with TP, each TP rank sends its 1/tp slice, as Megatron-LM does);
 - tensor (TP): the parametric linear/conv layers of a stage pair up as (column-parallel,
   row-parallel); each pair all-reduces its output forward and its input gradient
@@ -73,7 +74,7 @@ class Parallelism:
     def micro_batches(self) -> int:
         return self.micro or (self.pp if self.pp > 1 else 1)
 
-    def resolved(self, model: ModelTable) -> "Parallelism":
+    def resolved(self, model: ModelTable) -> Parallelism:
         batch = self.batch or model.default_batch * self.pp
         return replace(self, batch=batch, micro=self.micro_batches)
 

@@ -7,8 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlcomm.plan.partition.costs import (Sides, SubProblem, balance_shares, layer_sizes,
-                                         level_costs)
+from dlcomm.plan.partition.costs import Sides, SubProblem, balance_shares, layer_sizes, level_costs
 from dlcomm.plan.partition.graph import build_graph
 from tests.plan.partition.tables import mlp, residual_mlp
 

@@ -7,9 +7,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlcomm.plan.partition.layouts import (IN_LAYOUT, OUT_LAYOUT, Layout, PartType, convert,
-                                           equal_table, integer_split, join_transition,
-                                           transition)
+from dlcomm.plan.partition.layouts import (
+    IN_LAYOUT,
+    OUT_LAYOUT,
+    Layout,
+    PartType,
+    convert,
+    equal_table,
+    integer_split,
+    join_transition,
+    transition,
+)
 
 I, II, III = PartType.I, PartType.II, PartType.III
 HALF = np.array([0.5, 0.5])

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dlcomm.plan.topology import build_topology
-from dlcomm.plan.traffic import Parallelism
 from dlcomm.plan.simulate.collective import Collectives, ExchangeModel
 from dlcomm.plan.simulate.fluid import SimNetwork
+from dlcomm.plan.topology import build_topology
+from dlcomm.plan.traffic import Parallelism
 
 RATE_GBPS = 8.0               # 1e9 bytes/s per link direction: times read as bytes / 1e9
 RATE_BPS = RATE_GBPS * 1e9 / 8

@@ -128,10 +128,10 @@ def test_candidates_and_bad_names() -> None:
 def test_torus_rings_follow_the_physical_grid(spec: str) -> None:
     """All accelerators of a torus or mesh all-reduce near full injection P r (the
     planner's torus-rings closed form), because the rings follow the physical grid."""
-    from dlcomm.plan.topology import build_topology
-    from dlcomm.plan.traffic import Parallelism
     from dlcomm.plan.simulate.collective import Collectives
     from dlcomm.plan.simulate.fluid import SimNetwork
+    from dlcomm.plan.topology import build_topology
+    from dlcomm.plan.traffic import Parallelism
 
     topo = build_topology(spec)
     n = topo.accelerators

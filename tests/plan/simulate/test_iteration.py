@@ -6,8 +6,8 @@ import pytest
 
 from dlcomm.emulate.dilation import EmulateConfig, schedule_for
 from dlcomm.errors import ConfigError
-from dlcomm.plan.traffic import Parallelism, iteration_traffic
 from dlcomm.plan.simulate.iteration import SimConfig, simulate
+from dlcomm.plan.traffic import Parallelism, iteration_traffic
 from dlcomm.workloads.catalog import get_model
 
 

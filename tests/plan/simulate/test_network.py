@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from dlcomm.errors import ConfigError
 from dlcomm.plan.flownet import FlowNet
 from dlcomm.plan.flows import concurrent_rate, max_min_rates, route_matrix
-from dlcomm.plan.topology import build_topology
 from dlcomm.plan.simulate.algorithms import allreduce_phases, ina_phases
 from dlcomm.plan.simulate.fluid import Pattern, Sharing, SimNetwork
+from dlcomm.plan.topology import build_topology
 
 from .conftest import RATE_BPS, star
 

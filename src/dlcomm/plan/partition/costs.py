@@ -56,13 +56,13 @@ class SubProblem:
     fout: np.ndarray    # fraction of C_out
 
     @classmethod
-    def whole(cls, n: int, batch: float) -> "SubProblem":
+    def whole(cls, n: int, batch: float) -> SubProblem:
         return cls(np.full(n, float(batch)), np.ones(n), np.ones(n))
 
     def key(self) -> bytes:
         return self.batch.tobytes() + self.fin.tobytes() + self.fout.tobytes()
 
-    def children(self, types: np.ndarray, shares: np.ndarray) -> list["SubProblem"]:
+    def children(self, types: np.ndarray, shares: np.ndarray) -> list[SubProblem]:
         """The sub-problems of the sides after splitting layer l by ``types[l]``, ``shares[l]``."""
         out = []
         for k in range(shares.shape[1]):

@@ -34,8 +34,12 @@ import numpy as np
 from dlcomm.errors import ConfigError, RegistryError
 from dlcomm.plan.partition.costs import Sides
 from dlcomm.results import read_table_file
-from dlcomm.workloads.accelerators import (ACCELERATORS, Accelerator, get_accelerator,
-                                           load_accelerators)
+from dlcomm.workloads.accelerators import (
+    ACCELERATORS,
+    Accelerator,
+    get_accelerator,
+    load_accelerators,
+)
 
 __all__ = ["Group", "Cluster", "parse_devices", "load_cluster", "make_cluster"]
 
@@ -108,7 +112,8 @@ class Cluster:
                      np.array(memory))
 
 
-def _accelerator(name: str, custom: dict[str, Accelerator], efficiency: float | None) -> Accelerator:
+def _accelerator(name: str, custom: dict[str, Accelerator],
+                 efficiency: float | None) -> Accelerator:
     if name in custom:
         acc = custom[name]
         return acc if efficiency is None else replace(acc, efficiency=efficiency)

@@ -26,8 +26,8 @@ block with a projection keeps at most three. Types a scheme does not allow have 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

@@ -2,8 +2,8 @@
 
 Only convolutions and linear layers are partitioned (AccPar models a layer as a matrix
 product; docs/references.md). Every other layer (batch norm, pooling, attention core,
-embedding, activations already folded by the catalog) *follows the partition of the layer whose output
-it consumes*, its **owner**:
+embedding, activations already folded by the catalog) *follows the partition of the layer
+whose output it consumes*, its **owner**:
 
 - its FLOPs are added to the owner's and are split with the owner's output (types I and
   III split the output; type II makes the output FULL, so both sides repeat that work);

@@ -35,8 +35,8 @@ fits, then bisection finds the smallest that fits; ConfigError if none does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -146,7 +146,7 @@ class LeafPlan:
         return self.memory_bytes / self.memory_capacity
 
     @property
-    def worst_device(self) -> "LeafPlan":
+    def worst_device(self) -> LeafPlan:
         return self
 
 
@@ -162,7 +162,7 @@ class NodePlan:
     costs: LevelCosts = field(repr=False)
     types: np.ndarray = field(repr=False)        # (N,)
     shares: np.ndarray = field(repr=False)       # (N, p)
-    children: tuple["NodePlan | LeafPlan", ...] = field(repr=False)
+    children: tuple[NodePlan | LeafPlan, ...] = field(repr=False)
     objective: float                             # the DP's optimum at this node (s)
     trans: np.ndarray = field(repr=False)        # (N,) s, transitions and joins into layer l
     time: np.ndarray = field(repr=False)         # (N,) s per layer through this subtree

@@ -9,8 +9,8 @@ import numpy as np
 
 from dlcomm.plan.partition.hierarchy import HEADLINE, Plan
 from dlcomm.plan.partition.layouts import PartType
-from dlcomm.results import new_result
 from dlcomm.plots import save_figure
+from dlcomm.results import new_result
 
 __all__ = ["scheme_entry", "partition_result", "execution_entry", "print_partition",
            "plot_partition"]
@@ -46,7 +46,8 @@ def scheme_entry(plan: Plan) -> dict[str, Any]:
     return {
         "label": plan.scheme.label,
         "balanced_ratio": plan.scheme.balanced,
-        "types_allowed": [_TYPE[t] for t in range(3) if plan.scheme.allowed(plan.graph)[:, t].any()],
+        "types_allowed": [_TYPE[t] for t in range(3)
+                          if plan.scheme.allowed(plan.graph)[:, t].any()],
         "time_s": plan.time_s,
         "compute_s": plan.compute_s,
         "comm_s": plan.comm_s,

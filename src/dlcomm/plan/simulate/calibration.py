@@ -9,7 +9,7 @@ on relative residuals, overhead >= 0), whose two constants scale the model.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -20,26 +20,25 @@ each a latency (steps x (alpha + hops x per-hop latency)) followed by a transfer
    ``switch`` = in-network aggregation (T ~ n / B); ``sparse-switch`` = aggregation of
    the non-zero blocks only (OmniReduce): each worker streams its density d of the
    blocks, the switch returns their union (d for a pattern shared by all workers,
-   1 - (1 - d)^g for independent ones); ``auto`` = sparse below the auto exchange's union density threshold,
-   else dense; compression (:class:`CompressionModel`) shrinks what the inner exchange
-   moves (summable methods) or turns it into a ring all-gather of every worker's payload
-   (the others), and adds compression time;
+   1 - (1 - d)^g for independent ones); ``auto`` = sparse below the auto exchange's union
+   density threshold, else dense; compression (:class:`CompressionModel`) shrinks what the
+   inner exchange moves (summable methods) or turns it into a ring all-gather of every
+   worker's payload (the others), and adds compression time;
 4. a calibration (from ``dlcomm bench allreduce``, ``dlcomm.bench.calibrate``) turns
    the ideal network time t of an exchange into ``overhead + efficiency x t``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Hashable
+from typing import Any
 
 import numpy as np
 
 from dlcomm.errors import ConfigError
 from dlcomm.exchange.switch import auto_sparse_below  # the auto exchange's own threshold
 from dlcomm.plan.commtime import group_ranks
-from dlcomm.plan.traffic import Parallelism
-from dlcomm.registry import parse_spec
 from dlcomm.plan.simulate.algorithms import (
     allgather_phases,
     allreduce_phases,
@@ -49,6 +48,8 @@ from dlcomm.plan.simulate.algorithms import (
     ina_phases,
 )
 from dlcomm.plan.simulate.fluid import SimNetwork
+from dlcomm.plan.traffic import Parallelism
+from dlcomm.registry import parse_spec
 
 __all__ = ["Step", "Call", "CompressionModel", "ExchangeModel", "Collectives",
            "EXCHANGE_KINDS", "host_candidates", "parse_exchange", "auto_sparse_below",

@@ -18,27 +18,29 @@ concurrent collectives share it (max-min fairness on the topology's graph, with 
    every active collective is one variable whose flows all move at its rate, and the rates
    are progressive filling over the edges with load matrix [L_P1 ... L_Pk] (the planner's
    ``dlcomm.plan.flows.waterfill`` computes the same; a dense version serves the few
-   collectives that run at once, and is tested against it). Edges with identical capacity and loads are merged first (exact:
-   they state the same constraint), and rates are cached per set of active collectives.
+   collectives that run at once, and is tested against it). Edges with identical capacity
+   and loads are merged first (exact: they state the same constraint), and rates are cached
+   per set of active collectives.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any, Hashable
+from typing import Any
 
 import numpy as np
 
 from dlcomm.errors import ConfigError
 from dlcomm.plan.flownet import FlowNet
 from dlcomm.plan.flows import route_matrix, waterfill
+from dlcomm.plan.simulate.algorithms import SWITCH, Phase
 from dlcomm.plan.topology.base import Topology
 from dlcomm.plan.topology.fattree import FatTree
 from dlcomm.plan.topology.hxmesh import HxMesh
 from dlcomm.plan.topology.torus import Torus
-from dlcomm.plan.simulate.algorithms import SWITCH, Phase
 
 __all__ = ["Pattern", "SimNetwork", "Sharing", "FLOW_RATE_LIMIT", "progressive_filling"]
 

@@ -88,7 +88,7 @@ def plot_simulation(result: dict[str, Any], path: str) -> None:
         lines: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for r in runs:
             lines.setdefault((r["topology"], r["exchange"]), []).append(r)
-        for (topo, ex), rows in lines.items():
+        for (topo, _exchange), rows in lines.items():
             xs = [r["accelerators"] for r in rows]
             label = f"{topo}, {rows[0]['exchange_label']}"
             ax1.plot(xs, [r["iteration_s"] for r in rows], marker="o", label=label)

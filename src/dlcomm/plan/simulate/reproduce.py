@@ -11,17 +11,19 @@ benchmarks all-reduce them). Speedup = ring iteration time / switch iteration ti
 accelerators: per topology the network cost (``dlcomm.plan.prices``), and for ResNet-50
 (data parallel over all accelerators) and GPT-3 175B (PP 8 x TP 8, DP = N / 64: 16 at
 1,024) the simulated iteration, its exposed communication, and performance per dollar
-relative to the non-blocking fat tree: (T_FT x cost_FT) / (T x cost) (above 1: more training per dollar).
+relative to the non-blocking fat tree: (T_FT x cost_FT) / (T x cost) (above 1: more training
+per dollar).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from dlcomm.plan.prices import Prices, network_cost
-from dlcomm.results import new_result
 from dlcomm.plan.simulate.iteration import SimConfig, build_topology_for, simulate
+from dlcomm.results import new_result
 
 __all__ = ["REPRODUCTIONS", "reproduce_switchml", "reproduce_hammingmesh",
            "SWITCHML_MODELS", "HXMESH_TOPOLOGIES"]

@@ -13,15 +13,16 @@ comparison gives each exchange's speedup over the first one.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from dlcomm.errors import ConfigError
+from dlcomm.plan.simulate.collective import parse_exchange
+from dlcomm.plan.simulate.iteration import SimConfig, build_topology_for, simulate
 from dlcomm.plan.traffic import parse_parallelism
 from dlcomm.registry import Spec, parse_spec
 from dlcomm.results import new_result
-from dlcomm.plan.simulate.collective import parse_exchange
-from dlcomm.plan.simulate.iteration import SimConfig, build_topology_for, simulate
 
 __all__ = ["parse_sweep", "run_simulations", "SUMMARY_KEYS"]
 

@@ -14,11 +14,10 @@ Specs: ``fattree:n=1024,taper=0.5[,ina=1]``, ``torus2d:x=32,y=32``,
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from dlcomm.errors import ConfigError
-from dlcomm.plan.topology.base import (AllreduceChoice, Counts, LinkParams, SwitchGroup,
-                                       Topology)
+from dlcomm.plan.topology.base import AllreduceChoice, Counts, LinkParams, SwitchGroup, Topology
 from dlcomm.plan.topology.dragonfly import Dragonfly, make_dragonfly
 from dlcomm.plan.topology.fattree import FatTree, make_fattree
 from dlcomm.plan.topology.hxmesh import HxMesh, make_hxmesh, make_hyperx

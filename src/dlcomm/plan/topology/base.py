@@ -17,8 +17,9 @@ Conventions shared by all topologies:
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 from dlcomm.errors import ConfigError
 from dlcomm.registry import parse_rate, reject_unknown, take_option

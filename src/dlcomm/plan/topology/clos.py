@@ -23,8 +23,9 @@ Cables: endpoint -> leaf is ``dac`` by default (top of rack), every switch-switc
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Hashable, Sequence
+from typing import Any
 
 from dlcomm.errors import ConfigError
 from dlcomm.plan.topology.base import SwitchGroup, add_link
@@ -132,7 +133,7 @@ class Clos:
         if sum(p for _, p in devices) != self.endpoints:
             raise ValueError("devices do not match the endpoint count")
         leaves = [prefix + ("leaf", i) for i in range(self.leaves)]
-        for i, leaf in enumerate(leaves):
+        for leaf in leaves:
             graph.add_node(leaf, kind="switch", level=1, role="leaf")
         port = 0
         for node, ports in devices:

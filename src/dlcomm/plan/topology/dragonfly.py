@@ -33,8 +33,15 @@ from typing import Any
 
 from dlcomm.errors import ConfigError
 from dlcomm.plan import collectives as coll
-from dlcomm.plan.topology.base import (AllreduceChoice, Counts, SwitchGroup, Topology,
-                                       add_link, param_suffix, take_options)
+from dlcomm.plan.topology.base import (
+    AllreduceChoice,
+    Counts,
+    SwitchGroup,
+    Topology,
+    add_link,
+    param_suffix,
+    take_options,
+)
 
 __all__ = ["Dragonfly"]
 

@@ -28,8 +28,7 @@ import numpy as np
 
 from dlcomm.errors import ConfigError
 from dlcomm.plan import collectives as coll
-from dlcomm.plan.topology.base import (AllreduceChoice, Counts, Topology, add_link,
-                                       param_suffix)
+from dlcomm.plan.topology.base import AllreduceChoice, Counts, Topology, add_link, param_suffix
 from dlcomm.plan.topology.clos import Clos
 
 __all__ = ["FatTree"]

@@ -32,8 +32,16 @@ from typing import Any
 
 from dlcomm.errors import ConfigError
 from dlcomm.plan import collectives as coll
-from dlcomm.plan.topology.base import (AllreduceChoice, Counts, SwitchGroup, Topology,
-                                       add_link, merge_groups, param_suffix, take_options)
+from dlcomm.plan.topology.base import (
+    AllreduceChoice,
+    Counts,
+    SwitchGroup,
+    Topology,
+    add_link,
+    merge_groups,
+    param_suffix,
+    take_options,
+)
 from dlcomm.plan.topology.clos import Clos
 from dlcomm.volume import ring_allreduce_factor
 

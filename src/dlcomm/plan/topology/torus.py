@@ -28,8 +28,14 @@ import numpy as np
 
 from dlcomm.errors import ConfigError
 from dlcomm.plan import collectives as coll
-from dlcomm.plan.topology.base import (AllreduceChoice, Counts, Topology, add_link,
-                                       param_suffix, take_options)
+from dlcomm.plan.topology.base import (
+    AllreduceChoice,
+    Counts,
+    Topology,
+    add_link,
+    param_suffix,
+    take_options,
+)
 
 __all__ = ["Torus", "RACK_BLOCK"]
 

@@ -17,8 +17,13 @@ from typing import Any
 import torch
 
 from dlcomm.plan.partition.execute.comm import Comm
-from dlcomm.plan.partition.execute.model import (PartitionedNet, build_program,
-                                                   executable_table, init_weights, make_batch)
+from dlcomm.plan.partition.execute.model import (
+    PartitionedNet,
+    build_program,
+    executable_table,
+    init_weights,
+    make_batch,
+)
 from dlcomm.plan.partition.graph import build_graph
 from dlcomm.runtime.env import WorkerEnv, process_group, set_threads
 from dlcomm.workloads.catalog.base import Layer, ModelTable
