@@ -24,11 +24,16 @@ The iteration of worker i (``k`` = iterations i has completed so far)::
 
 Iteration skipping (``skip=T``): a worker that found every active neighbour strictly
 ahead of it at the start of T consecutive iterations is persistently slow. It jumps its
-counter to the furthest iteration the tokens allow, ``min_j c_j + G - 1``, counts the
-skipped iterations as completed (repays their tokens to its neighbours in one message),
+counter level with its furthest neighbour, ``max_j c_j`` (within the tokens' limit
+``min_j c_j + G - 1``, which that never exceeds while every neighbour is ahead and within G
+of it), counts the skipped iterations as completed (repays their tokens to its neighbours
+in one message),
 drops the stale updates and averages its model with the newest update of each
 in-neighbour before computing. Its next update is tagged with the new iteration, which
-neighbours accept for every skipped iteration (step 4's "skipped past k" rule).
+neighbours accept for every skipped iteration (step 4's "skipped past k" rule). The
+trigger needs neighbours that can get ahead: with ``backup=0`` and ``staleness=0`` every
+out-neighbour j needs this worker's update of exactly its own iteration, so c_j <= c_i at
+each of i's starts and the jump never happens; HopOptions refuses that combination.
 
 Finishing: a worker that stops tells its neighbours, which then drop it from the token
 and update requirements (the gap bound holds between workers that are still running) and
@@ -64,6 +69,11 @@ class HopOptions:
             raise ConfigError(f"hop: max_gap must be >= 1, got {self.max_gap}")
         if self.backup < 0 or self.staleness < 0 or self.skip < 0:
             raise ConfigError("hop: backup, staleness and skip must be >= 0")
+        if self.skip and not self.backup and not self.staleness:
+            raise ConfigError(
+                f"hop: skip={self.skip} can never trigger with backup=0 and staleness=0 "
+                "(every out-neighbour waits for this worker's update of each iteration, so "
+                "none is ever ahead of it); set staleness >= 1 or backup >= 1, or skip=0")
 
 
 @dataclass(frozen=True)
@@ -149,7 +159,10 @@ class HopWorker(Generic[P]):
             behind = all(self.known[j] > k for j in active)
             self._streak = self._streak + 1 if behind else 0
             if self._streak >= self.options.skip:
-                target = min(self.known[j] for j in active) + G - 1
+                # level with the furthest neighbour, within the tokens (min + G - 1;
+                # implied while every neighbour is ahead and within G of us)
+                target = min(max(self.known[j] for j in active),
+                             min(self.known[j] for j in active) + G - 1)
                 if target > k:
                     catch_up = {j: q[-1][1] for j, q in self.queues.items() if q}
                     skipped = target - k
