@@ -9,14 +9,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from dlcomm.errors import ConfigError
-from dlcomm.train.sync import check_sync
+from dlcomm.train.sync import check_sync, parse_sync
 from dlcomm.train.sync.graphs import Graph, make_graph
 from dlcomm.train.sync.hop import HopOptions, HopWorker, mixing_weights
 from dlcomm.train.sync.sim import simulate_hop
 
 
-# The mechanism tests below use plain lock-step Hop, so that each one sees only the knob
-# it is about.
+# The mechanism tests below use plain lock-step Hop (the old defaults), so that each one
+# sees only the knob it is about.
 PLAIN = HopOptions(max_gap=2, backup=0, staleness=0, skip=0)
 
 
@@ -165,8 +165,8 @@ def settings_(draw):
     backup = draw(st.integers(0, degree - 1))
     staleness = draw(st.integers(0, 4))
     skip = draw(st.integers(0, 3)) if backup or staleness else 0   # else it cannot trigger
-    options = HopOptions(max_gap=draw(st.integers(1, 5)), backup=backup,
-                         staleness=staleness, skip=skip)
+    options = draw(st.sampled_from([HopOptions(), HopOptions(
+        max_gap=draw(st.integers(1, 5)), backup=backup, staleness=staleness, skip=skip)]))
     slow = draw(st.lists(st.sampled_from([1.0, 1.0, 2.0, 4.0, 10.0]), min_size=graph.n,
                          max_size=graph.n))
     transient = draw(st.floats(0.0, 0.3))
@@ -206,17 +206,44 @@ def test_skipping_lets_the_others_outrun_a_persistent_straggler():
     assert skip.skipped[3] > 0 and skip.max_gap <= 4 and plain.max_gap <= 4
 
 
+# ---- the defaults tolerate a straggler (hop.py, "Defaults") ------------------------------
+
 def test_skip_without_backup_or_staleness_is_refused():
     """With backup=0 and staleness=0 every out-neighbour needs this worker's update of
     exactly its own iteration, so none is ever ahead of it at a start: skip=T would be a
     silent no-op (it was: `hop:skip=1` ran exactly like `hop`)."""
     with pytest.raises(ConfigError, match="skip=1 can never trigger with backup=0 and "
                                           "staleness=0"):
-        HopOptions(skip=1)
+        HopOptions(staleness=0)
     with pytest.raises(ConfigError, match="can never trigger"):
-        check_sync("hop:max_gap=2,skip=2", 8)
-    for spec in ("hop:skip=1,staleness=1", "hop:skip=1,backup=1", "hop:backup=1"):
+        check_sync("hop:max_gap=2,staleness=0,skip=2", 8)
+    for spec in ("hop:staleness=0,skip=0", "hop:staleness=0,backup=1", "hop:backup=1"):
         check_sync(spec, 8)
+
+
+def test_default_spec_is_the_straggler_tolerant_options_on_any_world():
+    for world in (2, 3, 8):                              # no in-degree above 1 needed
+        hop = parse_sync("hop", world)
+        assert hop.options == HopOptions() and hop.graph.name == "ring"
+    d = HopOptions()
+    assert d.skip >= 1 and d.staleness >= d.max_gap - 1 and d.max_gap >= 4
+
+
+def test_default_staleness_averages_a_lagging_neighbour_without_waiting():
+    """Rank 1 is stuck in its iteration 0; with the defaults this worker still runs 4
+    iterations (the tokens' limit) and averages rank 1's newest model into every one of
+    them (before: waited for rank 1's update of iteration 1; with backup=1, staleness=0 it
+    would have left rank 1 out of every average)."""
+    w = worker(HopOptions())
+    w.on_update(1, 0, "a0")
+    for k in range(4):
+        start = w.try_start()
+        assert start is not None and (start.iteration, start.skipped) == (k, 0)
+        w.on_update(2, k, f"b{k}")
+        assert w.ready_updates() == {1: "a0", 2: f"b{k}"}
+        w.on_token(2, w.complete())
+    assert w.partial_iterations == 0
+    assert w.try_start() is None                         # 4 ahead of rank 1: tokens bind
 
 
 def fast_rate(graph, options, slow_rank, factor, seed=0):
@@ -229,6 +256,19 @@ def fast_rate(graph, options, slow_rank, factor, seed=0):
     return sum(r.steps[i] for i in fast) / len(fast) / max(r.finish_time), r
 
 
+@pytest.mark.parametrize("graph,slow_rank", [
+    ("ring", 0), ("ring", 3), ("exp", 0), ("exp", 5), ("torus", 3), ("complete", 1)])
+def test_default_options_keep_the_others_at_full_speed_next_to_a_4x_straggler(graph,
+                                                                              slow_rank):
+    """The issue: `--sync hop` ran every worker at the pace of a 4x slower one (old
+    defaults: 0.25 of the speed without it)."""
+    g = make_graph(graph, 8 if graph != "complete" else 4)
+    alone, _ = fast_rate(g, HopOptions(), slow_rank, 1.0)
+    with_straggler, r = fast_rate(g, HopOptions(), slow_rank, 4.0)
+    assert with_straggler > 0.85 * alone
+    assert r.skipped[slow_rank] > 0
+
+
 @pytest.mark.parametrize("factor", [2.0, 4.0])
 def test_a_jump_does_not_make_the_fast_neighbour_skip_too(factor):
     """Two workers, rank 0 slow. The old jump target (G - 1 past the slowest neighbour)
@@ -237,8 +277,7 @@ def test_a_jump_does_not_make_the_fast_neighbour_skip_too(factor):
     speed, with ~220 iterations skipped. A jump level with the furthest neighbour never
     puts the slow worker ahead of everyone."""
     g = make_graph("ring", 2)
-    options = HopOptions(max_gap=4, staleness=3, skip=1)
-    alone, _ = fast_rate(g, options, 0, 1.0)
-    with_straggler, r = fast_rate(g, options, 0, factor)
+    alone, _ = fast_rate(g, HopOptions(), 0, 1.0)
+    with_straggler, r = fast_rate(g, HopOptions(), 0, factor)
     assert r.skipped[1] == 0 and r.skipped[0] > 0
     assert with_straggler > 0.85 * alone

@@ -25,15 +25,35 @@ The iteration of worker i (``k`` = iterations i has completed so far)::
 Iteration skipping (``skip=T``): a worker that found every active neighbour strictly
 ahead of it at the start of T consecutive iterations is persistently slow. It jumps its
 counter level with its furthest neighbour, ``max_j c_j`` (within the tokens' limit
-``min_j c_j + G - 1``, which that never exceeds while every neighbour is ahead and within G
-of it), counts the skipped iterations as completed (repays their tokens to its neighbours
-in one message),
-drops the stale updates and averages its model with the newest update of each
-in-neighbour before computing. Its next update is tagged with the new iteration, which
-neighbours accept for every skipped iteration (step 4's "skipped past k" rule). The
+``min_j c_j + G - 1``, which that never exceeds while every neighbour is ahead and within
+G of it), counts the skipped iterations as completed (repays their tokens to its
+neighbours in one message), drops the stale updates and averages its model with the
+newest update of each in-neighbour before computing. Its next update is tagged with the
+new iteration, which neighbours accept for every skipped iteration (step 4's "skipped past
+k" rule). Level, not ahead: a jump past a neighbour would make that neighbour look behind
+every neighbour, and it would jump too, spending the tokens it needs to compute. The
 trigger needs neighbours that can get ahead: with ``backup=0`` and ``staleness=0`` every
 out-neighbour j needs this worker's update of exactly its own iteration, so c_j <= c_i at
 each of i's starts and the jump never happens; HopOptions refuses that combination.
+
+Defaults (``--sync hop``): ``max_gap=4, backup=0, staleness=3, skip=1`` on a ring, chosen
+to tolerate a persistently slow worker:
+
+- only skipping helps against one: tokens keep every neighbour within G iterations of it
+  whatever the update queues allow, so backup workers or staleness alone leave everyone
+  at its pace (backup alone is worse: below);
+- staleness G - 1 makes the update queue bind no tighter than the tokens (a token for k
+  needs c_j >= k + 1 - G, and j's update tagged k + 1 - G is out once j runs again), so
+  the neighbours run ahead to the token bound, the slow worker finds them all ahead at
+  its next start and jumps (T = 1: at once);
+- unlike backup workers, staleness drops nobody: an in-neighbour that is behind enters
+  the average with its newest model. With ``staleness=0`` an update that arrives after
+  its iteration is never usable, so backup workers leave out, in nearly every iteration,
+  whichever neighbour is behind; averaging turns one-directional and the model needs
+  more steps. Staleness also needs no in-degree above 1 (a ring of 2 workers);
+- G = 4: after a jump each neighbour has >= G iterations of room per slow iteration, so
+  the others keep their speed next to a worker up to about G times slower (4x; beyond,
+  about G/F of it, still better than the 1/F of lock-step).
 
 Finishing: a worker that stops tells its neighbours, which then drop it from the token
 and update requirements (the gap bound holds between workers that are still running) and
@@ -59,10 +79,13 @@ P = TypeVar("P")  # an update's payload (a model tensor in the process layer)
 
 @dataclass(frozen=True)
 class HopOptions:
-    max_gap: int = 2      # G: most iterations a worker may be ahead of a neighbour
+    """Hop's knobs. The defaults tolerate a persistently slow worker (module docstring,
+    "Defaults"); ``HopOptions(max_gap=2, staleness=0, skip=0)`` is plain lock-step Hop."""
+
+    max_gap: int = 4      # G: most iterations a worker may be ahead of a neighbour
     backup: int = 0       # b: in-neighbours not waited for (the slowest b)
-    staleness: int = 0    # s: an update may be this many iterations old
-    skip: int = 0         # T: jump after T consecutive starts behind every neighbour; 0 = off
+    staleness: int = 3    # s: an update may be this many iterations old (default G - 1)
+    skip: int = 1         # T: jump after T consecutive starts behind every neighbour; 0 = off
 
     def __post_init__(self) -> None:
         if self.max_gap < 1:

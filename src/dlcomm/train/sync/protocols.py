@@ -2,7 +2,7 @@
 training starts, and the registry that runs them.
 
     hop:graph=ring|torus|exp|complete|bipartite|edges,rows=R,edges=0-1+1-2,
-        max_gap=2,backup=0,staleness=0,skip=0
+        max_gap=4,backup=0,staleness=3,skip=1   (the defaults)
     prague:group_size=4,generator=buffer|random|static,impl=dist|switch,window_ms=auto
     adpsgd:graph=ring|bipartite|torus|edges,...
 
@@ -85,10 +85,11 @@ class Hop(Protocol):
     def __init__(self, **options: str) -> None:
         opts = dict(options)
         self.graph = _GraphChoice.take(opts, "ring")
-        self.options = HopOptions(max_gap=_int(opts, "max_gap", 2, "hop"),
-                                  backup=_int(opts, "backup", 0, "hop"),
-                                  staleness=_int(opts, "staleness", 0, "hop"),
-                                  skip=_int(opts, "skip", 0, "hop"))
+        d = HopOptions()  # the defaults tolerate a straggler (hop.py, "Defaults")
+        self.options = HopOptions(max_gap=_int(opts, "max_gap", d.max_gap, "hop"),
+                                  backup=_int(opts, "backup", d.backup, "hop"),
+                                  staleness=_int(opts, "staleness", d.staleness, "hop"),
+                                  skip=_int(opts, "skip", d.skip, "hop"))
         _no_more(opts, "hop", "graph, rows, edges, max_gap, backup, staleness, skip")
 
     def check(self, world: int) -> None:
