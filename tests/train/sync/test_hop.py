@@ -17,7 +17,7 @@ from dlcomm.train.sync.sim import simulate_hop
 
 # The mechanism tests below use plain lock-step Hop (the old defaults), so that each one
 # sees only the knob it is about.
-PLAIN = HopOptions(max_gap=2, backup=0, staleness=0, skip=0)
+PLAIN = HopOptions(max_gap=2, backup=0, staleness=0, skip=0, reuse=1)
 
 
 def plain(**changes):
@@ -229,21 +229,58 @@ def test_default_spec_is_the_straggler_tolerant_options_on_any_world():
     assert d.skip >= 1 and d.staleness >= d.max_gap - 1 and d.max_gap >= 4
 
 
-def test_default_staleness_averages_a_lagging_neighbour_without_waiting():
-    """Rank 1 is stuck in its iteration 0; with the defaults this worker still runs 4
-    iterations (the tokens' limit) and averages rank 1's newest model into every one of
-    them (before: waited for rank 1's update of iteration 1; with backup=1, staleness=0 it
-    would have left rank 1 out of every average)."""
+def test_default_staleness_goes_on_without_a_lagging_neighbour_and_uses_each_update_once():
+    """Rank 1 is slow; with the defaults this worker runs 4 iterations (the tokens' limit)
+    without waiting for it (before: waited for rank 1's update of each iteration), averages
+    rank 1's model a0 in once, not again in every iteration while it is within staleness
+    (reuse=1, which dragged the fast workers back to an old model), and takes rank 1's late
+    update a1 when it comes (with backup=1, staleness=0 it would have been dropped)."""
     w = worker(HopOptions())
     w.on_update(1, 0, "a0")
+    mixed = []
     for k in range(4):
         start = w.try_start()
         assert start is not None and (start.iteration, start.skipped) == (k, 0)
         w.on_update(2, k, f"b{k}")
+        if k == 3:
+            w.on_update(1, 1, "a1")                      # rank 1's iteration 1, two late
+        mixed.append(w.ready_updates())
+        w.on_token(2, w.complete())
+    assert mixed == [{1: "a0", 2: "b0"}, {2: "b1"}, {2: "b2"}, {1: "a1", 2: "b3"}]
+    assert w.partial_iterations == 0 and w.already_used == 2
+    assert w.try_start() is None                         # 4 ahead of rank 1: tokens bind
+
+
+def test_reuse_averages_an_update_in_again_while_within_staleness():
+    w = worker(HopOptions(reuse=1))
+    w.on_update(1, 0, "a0")
+    for k in range(3):
+        w.try_start()
+        w.on_update(2, k, f"b{k}")
         assert w.ready_updates() == {1: "a0", 2: f"b{k}"}
         w.on_token(2, w.complete())
-    assert w.partial_iterations == 0
-    assert w.try_start() is None                         # 4 ahead of rank 1: tokens bind
+    assert w.already_used == 0
+    with pytest.raises(ConfigError, match="reuse must be 0 or 1"):
+        HopOptions(reuse=2)
+
+
+def test_a_jump_does_not_average_in_an_update_already_used():
+    w = worker(HopOptions())
+    w.try_start()
+    w.on_update(1, 0, "a0")
+    w.on_update(2, 0, "b0")
+    assert w.ready_updates() == {1: "a0", 2: "b0"}
+    w.complete()
+    for tag in (1, 2, 3):
+        w.on_update(2, tag, f"b{tag}")
+    w.on_token(1, 4)
+    w.on_token(2, 4)
+    start = w.try_start()                                # behind both: jump level, to 4
+    assert (start.iteration, start.skipped) == (4, 3)
+    assert start.catch_up == {2: "b3"}                   # a0 was averaged in already
+    assert w.ready_updates() is None                     # nothing from rank 1 in [1, 4]
+    w.on_update(1, 4, "a4")
+    assert w.ready_updates() == {1: "a4"}                # b3: in the catch-up already
 
 
 def fast_rate(graph, options, slow_rank, factor, seed=0):

@@ -2,7 +2,7 @@
 training starts, and the registry that runs them.
 
     hop:graph=ring|torus|exp|complete|bipartite|edges,rows=R,edges=0-1+1-2,
-        max_gap=4,backup=0,staleness=3,skip=1   (the defaults)
+        max_gap=4,backup=0,staleness=3,skip=1,reuse=0   (the defaults)
     prague:group_size=4,generator=buffer|random|static,impl=dist|switch,window_ms=auto
     adpsgd:graph=ring|bipartite|torus|edges,...
 
@@ -89,8 +89,9 @@ class Hop(Protocol):
         self.options = HopOptions(max_gap=_int(opts, "max_gap", d.max_gap, "hop"),
                                   backup=_int(opts, "backup", d.backup, "hop"),
                                   staleness=_int(opts, "staleness", d.staleness, "hop"),
-                                  skip=_int(opts, "skip", d.skip, "hop"))
-        _no_more(opts, "hop", "graph, rows, edges, max_gap, backup, staleness, skip")
+                                  skip=_int(opts, "skip", d.skip, "hop"),
+                                  reuse=_int(opts, "reuse", d.reuse, "hop"))
+        _no_more(opts, "hop", "graph, rows, edges, max_gap, backup, staleness, skip, reuse")
 
     def check(self, world: int) -> None:
         graph = self.graph.build(world)
