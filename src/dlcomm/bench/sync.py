@@ -33,8 +33,11 @@ from dlcomm.train.config import TrainConfig
 __all__ = ["SyncBench", "run_sync_bench", "time_to_target", "training_timeline", "plot_sync",
            "print_sync_table", "DEFAULT_SYNCS", "DEFAULT_SCENARIOS"]
 
-DEFAULT_SYNCS = ("bsp", "hop:graph=ring,max_gap=4", "hop:graph=ring,max_gap=4,backup=1",
-                 "hop:graph=ring,max_gap=4,backup=1,skip=1", "prague:generator=random",
+# hop: its defaults (straggler-tolerant), then plain Hop, backup alone, backup + skipping,
+# each knob spelled out (the defaults set staleness=3, skip=1)
+DEFAULT_SYNCS = ("bsp", "hop", "hop:graph=ring,max_gap=4,staleness=0,skip=0",
+                 "hop:graph=ring,max_gap=4,backup=1,staleness=0,skip=0",
+                 "hop:graph=ring,max_gap=4,backup=1,staleness=0,skip=1", "prague:generator=random",
                  "prague:generator=static", "prague:generator=buffer",
                  "prague:generator=static,impl=switch", "adpsgd")
 DEFAULT_SCENARIOS = ("none", "3:4", "random:p=0.1,x=4")

@@ -2,7 +2,7 @@
 training starts (each registered in :data:`~.base.SYNCS`; ``bsp`` is in :mod:`.bsp`).
 
     hop:graph=ring|torus|exp|complete|bipartite|edges,rows=R,edges=0-1+1-2,
-        max_gap=2,backup=0,staleness=0,skip=0
+        max_gap=4,backup=0,staleness=3,skip=1,reuse=0   (the defaults)
     prague:group_size=4,generator=buffer|random|static,impl=dist|switch,window_ms=auto
     adpsgd:graph=ring|bipartite|torus|edges,...
 
@@ -51,12 +51,15 @@ class Hop(Decentralized):
     def __init__(self, **options: str) -> None:
         opts = dict(options)
         self.graph = _GraphChoice.take(opts, "ring")
-        self.options = HopOptions(max_gap=take_option(opts, "max_gap", int, 2, "hop"),
-                                  backup=take_option(opts, "backup", int, 0, "hop"),
-                                  staleness=take_option(opts, "staleness", int, 0, "hop"),
-                                  skip=take_option(opts, "skip", int, 0, "hop"))
+        d = HopOptions()  # the defaults tolerate a straggler (hop.py, "Defaults")
+        self.options = HopOptions(max_gap=take_option(opts, "max_gap", int, d.max_gap, "hop"),
+                                  backup=take_option(opts, "backup", int, d.backup, "hop"),
+                                  staleness=take_option(opts, "staleness", int, d.staleness,
+                                                        "hop"),
+                                  skip=take_option(opts, "skip", int, d.skip, "hop"),
+                                  reuse=take_option(opts, "reuse", int, d.reuse, "hop"))
         reject_unknown(opts, "hop", ("graph", "rows", "edges", "max_gap", "backup", "staleness",
-                                     "skip"))
+                                     "skip", "reuse"))
 
     def check(self, world: int) -> None:
         graph = self.graph.build(world)

@@ -132,8 +132,10 @@ def run_hop(cfg: TrainConfig, env: WorkerEnv, learner: Learner, recorder: Record
     recorder.report.gaps = {str(j): g for j, g in state.max_gap_seen.items()}
     recorder.report.stats = {"graph": graph.name, "max_gap": options.max_gap,
                              "backup": options.backup, "staleness": options.staleness,
-                             "skip": options.skip, "skipped_iterations": state.skipped_iterations,
+                             "skip": options.skip, "reuse": options.reuse,
+                             "skipped_iterations": state.skipped_iterations,
                              "jumps": state.jumps,
                              "partial_iterations": state.partial_iterations,
+                             "already_used": state.already_used,
                              **{k: round(v, 4) for k, v in phases.items()}}
     return state.completed
