@@ -4,8 +4,14 @@ import json
 
 import pytest
 
-from dlcomm.bench.compression import (CompressionBench, Method, parse_methods, plot_compression,
-                                      run_compression_bench, summarize)
+from dlcomm.bench.compression import (
+    CompressionBench,
+    Method,
+    parse_methods,
+    plot_compression,
+    run_compression_bench,
+    summarize,
+)
 from dlcomm.errors import ConfigError
 from tests.conftest import run_dlcomm
 

@@ -33,8 +33,8 @@ communication is exposed and the network slow):
    and was proposed at two decisions in a row (back to less compression: when it is
    predicted no slower, twice in a row); then verify by measurement: if over the next
    ``every`` iterations the median measured exposed time is not below the median before the
-   switch by at least margin / 2, revert, and do not try those (bucket, method) pairs for 4 probe periods
-   (the model can be wrong; the measurement decides); and for as long as anything is
+   switch by at least margin / 2, revert, and do not try those (bucket, method) pairs for 4
+   probe periods (the model can be wrong; the measurement decides); and for as long as anything is
    compressed, keep comparing with the uncompressed probe iterations of step 7 as a control
    group: if the compressed iterations' median exposed time is not below the probes' by
    margin / 2, go back to ``none`` (and ban the methods given up);
