@@ -21,7 +21,8 @@ consumer therefore converts F from ``OUT[t_prev]`` to ``IN[t]`` and E from ``IN[
 to ``OUT[t_prev]``; with two equal sides this gives exactly AccPar's table
 (docs/references.md): I->I, II->III, III->II: 0; I->II, III->I: 0.25(|F|+|E|); I->III,
 III->III: 0.5|F|; II->I, II->II: 0.5|E| (a test derives it). A residual *join* adds a
-source's output to the joining layer's output, so it converts ``OUT[t_src]`` <-> ``OUT[t_join]`` both ways.
+source's output to the joining layer's output, so it converts ``OUT[t_src]`` <->
+``OUT[t_join]`` both ways.
 
 A layout's shares are fractions per side, in rank order: side k holds the interval
 ``[sum(shares[:k]), sum(shares[:k+1]))`` of the split dimension. Everything here is a pure

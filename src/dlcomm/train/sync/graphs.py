@@ -22,8 +22,8 @@ Every graph must be strongly connected, or some workers would never learn from o
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from dlcomm.errors import ConfigError
 from dlcomm.registry import Registry
@@ -78,21 +78,21 @@ class Graph:
 
     def two_colouring(self) -> list[int] | None:
         """Colour 0/1 per rank with every edge between colours (rank 0 gets 0), or None."""
-        colour: list[int | None] = [None] * self.n
+        colour = [-1] * self.n  # -1: not coloured yet
         for start in range(self.n):
-            if colour[start] is not None:
+            if colour[start] >= 0:
                 continue
             colour[start] = 0
             todo = [start]
             while todo:
                 i = todo.pop()
                 for j in self.neighbours(i):
-                    if colour[j] is None:
-                        colour[j] = 1 - colour[i]  # type: ignore[operator]
+                    if colour[j] < 0:
+                        colour[j] = 1 - colour[i]
                         todo.append(j)
                     elif colour[j] == colour[i]:
                         return None
-        return [int(c) for c in colour]  # type: ignore[arg-type]
+        return colour
 
 
 GRAPHS: Registry[Graph] = Registry("graph")

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -75,7 +76,7 @@ class Mailbox:
         thread.start()
 
 
-    def irecv(self, src: int, tag: int, numel: int, dtype: torch.dtype) -> "Pending":
+    def irecv(self, src: int, tag: int, numel: int, dtype: torch.dtype) -> Pending:
         """Post a receive now; ``.wait()`` returns the message (gloo's deadline applies)."""
         buf = torch.empty(numel, dtype=dtype)
         return Pending(self, src, buf, dist.irecv(buf, src=src, tag=tag))

@@ -15,15 +15,15 @@ from dataclasses import dataclass, field
 
 from dlcomm.errors import ConfigError
 from dlcomm.registry import reject_unknown, take_option
-from dlcomm.train.config import TrainConfig
 from dlcomm.runtime.env import WorkerEnv
+from dlcomm.train.common import Learner
+from dlcomm.train.config import TrainConfig
 from dlcomm.train.sync.adpsgd import split_roles
+from dlcomm.train.sync.base import SYNCS, Decentralized
 from dlcomm.train.sync.graphs import GRAPHS, Graph, make_graph
 from dlcomm.train.sync.hop import HopOptions
-from dlcomm.train.sync.recorder import Recorder
-from dlcomm.train.common import Learner
-from dlcomm.train.sync.base import SYNCS, Decentralized
 from dlcomm.train.sync.prague import GENERATORS, PragueSpec
+from dlcomm.train.sync.recorder import Recorder
 
 __all__ = ["Hop", "Prague", "ADPSGD"]
 
@@ -34,7 +34,7 @@ class _GraphChoice:
     options: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def take(cls, options: dict[str, str], default: str) -> "_GraphChoice":
+    def take(cls, options: dict[str, str], default: str) -> _GraphChoice:
         name = options.pop("graph", default)
         extra = {k: options.pop(k) for k in ("rows", "edges") if k in options}
         GRAPHS.get(name)
@@ -93,7 +93,8 @@ class Prague(Decentralized):
         try:
             window_ms = None if window == "auto" else float(window)
         except ValueError:
-            raise ConfigError(f"prague: window_ms must be a number or auto, got {window!r}") from None
+            raise ConfigError(f"prague: window_ms must be a number or auto, got {window!r}"
+                              ) from None
         if window_ms is not None and window_ms < 0:
             raise ConfigError(f"prague: window_ms must be >= 0, got {window_ms:g}")
         self.spec = PragueSpec(take_option(opts, "group_size", int, 4, "prague"), generator, impl,

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import torch
 
-from dlcomm.train.config import TrainConfig
 from dlcomm.runtime.env import WorkerEnv
+from dlcomm.train.common import Learner
+from dlcomm.train.config import TrainConfig
 from dlcomm.train.sync.graphs import Graph
 from dlcomm.train.sync.hop import HopOptions, HopWorker
-from dlcomm.train.sync.recorder import Recorder
-from dlcomm.train.common import Learner
 from dlcomm.train.sync.p2p import Mailbox
+from dlcomm.train.sync.recorder import Recorder
 
 __all__ = ["run_hop", "mean_of"]
 
@@ -48,68 +48,73 @@ def mean_of(x: torch.Tensor, others: list[torch.Tensor]) -> torch.Tensor:
     return out.div_(1 + len(others))
 
 
-def run_hop(cfg: TrainConfig, env: WorkerEnv, learner: Learner, recorder: Recorder,
-            graph: Graph, options: HopOptions) -> int:
-    """Train this worker with Hop until it or a neighbour finishes; returns iterations."""
-    rank, n = env.rank, learner.numel
-    state: HopWorker[torch.Tensor] = HopWorker(rank, graph.in_neighbours(rank),
-                                               graph.out_neighbours(rank), options)
-    mail = Mailbox(rank, cfg.timeout_s, "hop")
+class _HopRun:
+    """One worker's Hop: its state machine, its mailbox and the iteration loop's phases."""
 
-    def on_update(src: int, buf: torch.Tensor) -> bool:
+    def __init__(self, cfg: TrainConfig, env: WorkerEnv, learner: Learner, graph: Graph,
+                 options: HopOptions) -> None:
+        rank = env.rank
+        self.learner, self.n = learner, learner.numel
+        self.state: HopWorker[torch.Tensor] = HopWorker(rank, graph.in_neighbours(rank),
+                                                        graph.out_neighbours(rank), options)
+        self.mail = Mailbox(rank, cfg.timeout_s, "hop")
+        self.phases = {"tokens_s": 0.0, "compute_s": 0.0, "updates_s": 0.0, "mix_s": 0.0}
+        for j in self.state.in_neighbours:
+            self.mail.listen(j, TAG_UPDATE, self.n + 2, torch.float32, self._on_update)
+        for j in self.state.neighbours:
+            self.mail.listen(j, TAG_CONTROL, 2, torch.int64, self._on_control)
+
+    # -- messages in (the mailbox's threads) ------------------------------------------
+    def _on_update(self, src: int, buf: torch.Tensor) -> bool:
         tag = int(buf[:2].view(torch.int64)[0])
         if tag < 0:
             return True
-        state.on_update(src, tag, buf[2:])
+        self.state.on_update(src, tag, buf[2:])
         return False
 
-    def on_control(src: int, buf: torch.Tensor) -> bool:
+    def _on_control(self, src: int, buf: torch.Tensor) -> bool:
         kind, completed = int(buf[0]), int(buf[1])
         if kind == TOKEN:
-            state.on_token(src, completed)
+            self.state.on_token(src, completed)
             return False
-        state.on_finish(src, completed)
+        self.state.on_finish(src, completed)
         return True
 
-    for j in state.in_neighbours:
-        mail.listen(j, TAG_UPDATE, n + 2, torch.float32, on_update)
-    for j in state.neighbours:
-        mail.listen(j, TAG_CONTROL, 2, torch.int64, on_control)
-    recorder.start_together(learner)
+    # -- messages out -------------------------------------------------------------------
+    def _control(self, kind: int, value: int) -> None:
+        for j in self.state.neighbours:
+            self.mail.send(j, TAG_CONTROL, torch.tensor([kind, value], dtype=torch.int64))
 
-    def control(kind: int, value: int) -> None:
-        for j in state.neighbours:
-            mail.send(j, TAG_CONTROL, torch.tensor([kind, value], dtype=torch.int64))
+    def _lagging_tokens(self) -> str:
+        late = [j for j in self.state.active if self.state.tokens(j) < 1]
+        return f"tokens for iteration {self.state.completed} from ranks {late}"
 
-    def lagging_tokens() -> str:
-        k = state.completed
-        late = [j for j in state.active if state.tokens(j) < 1]
-        return f"tokens for iteration {k} from ranks {late}"
+    def _missing_updates(self) -> str:
+        return (f"updates of iteration {self.state.current} from ranks "
+                f"{[j for j in self.state.in_neighbours if j not in self.state.finished]}")
 
-    def missing_updates() -> str:
-        return (f"updates of iteration {state.current} from ranks "
-                f"{[j for j in state.in_neighbours if j not in state.finished]}")
-
-    phases = {"tokens_s": 0.0, "compute_s": 0.0, "updates_s": 0.0, "mix_s": 0.0}
-    while True:
+    # -- the loop -------------------------------------------------------------------------
+    def iteration(self, recorder: Recorder) -> bool:
+        """One Hop iteration (hop.py's steps 1-6); True once the run should stop."""
+        state, mail, learner, phases = self.state, self.mail, self.learner, self.phases
         t0 = recorder.now()
-        start = mail.wait_for(state.try_start, lagging_tokens)
+        start = mail.wait_for(state.try_start, self._lagging_tokens)
         waited = recorder.now() - t0
         phases["tokens_s"] += waited
         x = learner.vector()
         if start.skipped:
             with mail.cond:
-                control(TOKEN, state.completed)  # repay the skipped iterations' tokens
+                self._control(TOKEN, state.completed)  # repay the skipped iterations' tokens
             if start.catch_up:
                 x = mean_of(x, list(start.catch_up.values()))
                 learner.load(x)
-        update = _update(start.iteration, x, n)
+        update = _update(start.iteration, x, self.n)
         for j in state.out_neighbours:
             mail.send(j, TAG_UPDATE, update)
         t_compute = recorder.now()
         loss = learner.gradient()
         t_wait = recorder.now()
-        chosen = mail.wait_for(state.ready_updates, missing_updates)
+        chosen = mail.wait_for(state.ready_updates, self._missing_updates)
         t_mix = recorder.now()
         phases["compute_s"] += t_wait - t_compute
         phases["updates_s"] += t_mix - t_wait
@@ -118,24 +123,38 @@ def run_hop(cfg: TrainConfig, env: WorkerEnv, learner: Learner, recorder: Record
             learner.load(mean_of(x, list(chosen.values())))  # weights renormalised
         learner.apply()
         with mail.cond:
-            control(TOKEN, state.complete())
+            self._control(TOKEN, state.complete())
             stop = learner.steps >= learner.total or state.stop_requested
         phases["mix_s"] += recorder.now() - t_mix
         recorder.step(learner, loss, t0, waited, mail.counters())
-        if stop:
-            break
-    with mail.cond:
-        control(FINISH, state.completed)
-    for j in state.out_neighbours:
-        mail.send(j, TAG_UPDATE, _update(-1, None, n))
-    mail.join("every neighbour to finish")
-    recorder.report.gaps = {str(j): g for j, g in state.max_gap_seen.items()}
-    recorder.report.stats = {"graph": graph.name, "max_gap": options.max_gap,
-                             "backup": options.backup, "staleness": options.staleness,
-                             "skip": options.skip, "reuse": options.reuse,
-                             "skipped_iterations": state.skipped_iterations,
-                             "jumps": state.jumps,
-                             "partial_iterations": state.partial_iterations,
-                             "already_used": state.already_used,
-                             **{k: round(v, 4) for k, v in phases.items()}}
-    return state.completed
+        return stop
+
+    def finish(self) -> None:
+        """Tell the neighbours, close the update channels, wait for theirs."""
+        with self.mail.cond:
+            self._control(FINISH, self.state.completed)
+        for j in self.state.out_neighbours:
+            self.mail.send(j, TAG_UPDATE, _update(-1, None, self.n))
+        self.mail.join("every neighbour to finish")
+
+    def stats(self, graph: Graph, options: HopOptions) -> dict[str, object]:
+        state = self.state
+        return {"graph": graph.name, "max_gap": options.max_gap, "backup": options.backup,
+                "staleness": options.staleness, "skip": options.skip,
+                "reuse": options.reuse, "skipped_iterations": state.skipped_iterations,
+                "jumps": state.jumps, "partial_iterations": state.partial_iterations,
+                "already_used": state.already_used,
+                **{k: round(v, 4) for k, v in self.phases.items()}}
+
+
+def run_hop(cfg: TrainConfig, env: WorkerEnv, learner: Learner, recorder: Recorder,
+            graph: Graph, options: HopOptions) -> int:
+    """Train this worker with Hop until it or a neighbour finishes; returns iterations."""
+    run = _HopRun(cfg, env, learner, graph, options)
+    recorder.start_together(learner)
+    while not run.iteration(recorder):
+        pass
+    run.finish()
+    recorder.report.gaps = {str(j): g for j, g in run.state.max_gap_seen.items()}
+    recorder.report.stats = run.stats(graph, options)
+    return run.state.completed

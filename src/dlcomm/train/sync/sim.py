@@ -17,12 +17,12 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from dlcomm.train.sync.graphs import Graph
 from dlcomm.train.sync.hop import HopOptions, HopWorker
-from dlcomm.train.sync.prague import GroupGenerator
+from dlcomm.train.sync.prague import Delivery, GroupGenerator
 
 __all__ = ["simulate_hop", "simulate_prague", "HopSimResult", "PragueSimResult"]
 
@@ -64,91 +64,109 @@ class HopSimResult:
     skipped: list[int] = field(default_factory=list)
 
 
-def simulate_hop(graph: Graph, options: HopOptions, iterations: int, compute_s: Compute,
-                 latency_s: Latency = lambda rng: rng.uniform(1e-4, 2e-3), seed: int = 0,
-                 max_events: int = 2_000_000) -> HopSimResult:
-    """Run Hop on ``graph`` until the first worker completes ``iterations`` (and the rest
-    stop at their next boundary), checking the true gap after every event."""
-    rng = random.Random(seed)
-    clock = _Clock()
-    n = graph.n
-    workers = [HopWorker[int](i, graph.in_neighbours(i), graph.out_neighbours(i), options)
-               for i in range(n)]
-    phase = ["start"] * n
-    steps = [0] * n
-    finish = [0.0] * n
-    last_arrival: dict[tuple[int, int], float] = {}
-    pairs = graph.undirected_pairs()
-    worst = [0, 0]  # max gap, violations
+class _HopSim:
+    """Hop's workers on a simulated clock: messages with latencies, compute times."""
 
-    def check_gap() -> None:
-        for a, b in pairs:
-            if phase[a] != "done" and phase[b] != "done":
-                gap = abs(workers[a].completed - workers[b].completed)
-                worst[0] = max(worst[0], gap)
-                worst[1] += gap > options.max_gap
+    def __init__(self, graph: Graph, options: HopOptions, iterations: int, compute_s: Compute,
+                 latency_s: Latency, rng: random.Random) -> None:
+        self.options, self.iterations = options, iterations
+        self.compute_s, self.latency_s, self.rng = compute_s, latency_s, rng
+        self.clock = _Clock()
+        n = graph.n
+        self.workers = [HopWorker[int](i, graph.in_neighbours(i), graph.out_neighbours(i),
+                                       options) for i in range(n)]
+        self.phase = ["start"] * n
+        self.steps = [0] * n
+        self.finish = [0.0] * n
+        self.last_arrival: dict[tuple[int, int], float] = {}
+        self.pairs = graph.undirected_pairs()
+        self.worst = [0, 0]  # max gap, violations
 
-    def send(src: int, dst: int, kind: str, value: int) -> None:
-        t = max(clock.now + latency_s(rng), last_arrival.get((src, dst), 0.0) + 1e-9)
-        last_arrival[(src, dst)] = t
-        clock.at(t, lambda: deliver(dst, src, kind, value))
+    def check_gap(self) -> None:
+        for a, b in self.pairs:
+            if self.phase[a] != "done" and self.phase[b] != "done":
+                gap = abs(self.workers[a].completed - self.workers[b].completed)
+                self.worst[0] = max(self.worst[0], gap)
+                self.worst[1] += gap > self.options.max_gap
 
-    def deliver(dst: int, src: int, kind: str, value: int) -> None:
-        if phase[dst] == "done":
+    def send(self, src: int, dst: int, kind: str, value: int) -> None:
+        clock = self.clock
+        t = max(clock.now + self.latency_s(self.rng),
+                self.last_arrival.get((src, dst), 0.0) + 1e-9)
+        self.last_arrival[(src, dst)] = t
+        clock.at(t, lambda: self.deliver(dst, src, kind, value))
+
+    def deliver(self, dst: int, src: int, kind: str, value: int) -> None:
+        if self.phase[dst] == "done":
             return
-        w = workers[dst]
+        w = self.workers[dst]
         if kind == "token":
             w.on_token(src, value)
         elif kind == "update":
             w.on_update(src, value, value)
         else:
             w.on_finish(src, value)
-        advance(dst)
+        self.advance(dst)
 
-    def computed(i: int) -> None:
-        phase[i] = "wait"
-        advance(i)
+    def computed(self, i: int) -> None:
+        self.phase[i] = "wait"
+        self.advance(i)
 
-    def advance(i: int) -> None:
-        w = workers[i]
-        while True:
-            if phase[i] == "start":
-                start = w.try_start()
-                if start is None:
-                    return
-                if start.skipped:
-                    for j in w.neighbours:
-                        send(i, j, "token", w.completed)
-                for j in w.out_neighbours:
-                    send(i, j, "update", start.iteration)
-                phase[i] = "compute"
-                clock.at(clock.now + compute_s(i, rng), lambda: computed(i))
-                check_gap()
-                return
-            if phase[i] == "wait":
-                if w.ready_updates() is None:
-                    return
-                c = w.complete()
-                steps[i] += 1
-                for j in w.neighbours:
-                    send(i, j, "token", c)
-                check_gap()
-                if c >= iterations or w.stop_requested:
-                    phase[i] = "done"
-                    finish[i] = clock.now
-                    for j in w.neighbours:
-                        send(i, j, "finish", c)
-                    return
-                phase[i] = "start"
-                continue
-            return
+    def _start(self, i: int) -> bool:
+        """Start worker i's next iteration if its tokens allow; False: it waits."""
+        w = self.workers[i]
+        start = w.try_start()
+        if start is None:
+            return False
+        if start.skipped:
+            for j in w.neighbours:
+                self.send(i, j, "token", w.completed)
+        for j in w.out_neighbours:
+            self.send(i, j, "update", start.iteration)
+        self.phase[i] = "compute"
+        self.clock.at(self.clock.now + self.compute_s(i, self.rng), lambda: self.computed(i))
+        self.check_gap()
+        return True
 
-    for i in range(n):
-        clock.at(0.0, lambda i=i: advance(i))
-    events = clock.run(max_events)
-    return HopSimResult([w.completed for w in workers], steps, finish, worst[0], worst[1],
-                        deadlock=clock.idle and any(p != "done" for p in phase),
-                        events=events, skipped=[w.skipped_iterations for w in workers])
+    def _complete(self, i: int) -> bool:
+        """Finish worker i's iteration if its updates are in; True: it goes on."""
+        w = self.workers[i]
+        if w.ready_updates() is None:
+            return False
+        c = w.complete()
+        self.steps[i] += 1
+        for j in w.neighbours:
+            self.send(i, j, "token", c)
+        self.check_gap()
+        if c >= self.iterations or w.stop_requested:
+            self.phase[i] = "done"
+            self.finish[i] = self.clock.now
+            for j in w.neighbours:
+                self.send(i, j, "finish", c)
+            return False
+        self.phase[i] = "start"
+        return True
+
+    def advance(self, i: int) -> None:
+        if self.phase[i] == "start":
+            self._start(i)
+        elif self.phase[i] == "wait" and self._complete(i):
+            self._start(i)
+
+
+def simulate_hop(graph: Graph, options: HopOptions, iterations: int, compute_s: Compute,
+                 latency_s: Latency = lambda rng: rng.uniform(1e-4, 2e-3), seed: int = 0,
+                 max_events: int = 2_000_000) -> HopSimResult:
+    """Run Hop on ``graph`` until the first worker completes ``iterations`` (and the rest
+    stop at their next boundary), checking the true gap after every event."""
+    sim = _HopSim(graph, options, iterations, compute_s, latency_s, random.Random(seed))
+    for i in range(graph.n):
+        sim.clock.at(0.0, lambda i=i: sim.advance(i))
+    events = sim.clock.run(max_events)
+    return HopSimResult([w.completed for w in sim.workers], sim.steps, sim.finish,
+                        sim.worst[0], sim.worst[1],
+                        deadlock=sim.clock.idle and any(p != "done" for p in sim.phase),
+                        events=events, skipped=[w.skipped_iterations for w in sim.workers])
 
 
 @dataclass
@@ -184,7 +202,7 @@ def simulate_prague(generator: GroupGenerator, steps_per_worker: int, compute_s:
         clock.at(clock.now + rpc_s(rng),
                  lambda: dispatch(generator.ready(i, clock.now, steps[i], final)))
 
-    def dispatch(deliveries: list) -> None:  # type: ignore[type-arg]
+    def dispatch(deliveries: list[Delivery]) -> None:
         for d in deliveries:
             clock.at(clock.now + rpc_s(rng), lambda d=d: receive(d.rank, d.group))
         deadline = generator.next_deadline()
@@ -192,7 +210,7 @@ def simulate_prague(generator: GroupGenerator, steps_per_worker: int, compute_s:
             counters["tick_at"] = deadline
             clock.at(max(deadline, clock.now), lambda: dispatch(generator.tick(clock.now)))
 
-    def receive(i: int, group) -> None:  # type: ignore[no-untyped-def]
+    def receive(i: int, group: tuple[int, ...] | None) -> None:
         if group is None:
             done[i] = True
             finish[i] = clock.now
