@@ -98,9 +98,9 @@ def bench_fidelity(worker_counts: str, sizes: str, bandwidth: str, workload: str
 
 @bench.command("sync")
 @click.option("--sync", "syncs", default=None,
-              help="Comma-separated --sync specs, run one after another (default: bsp, hop, "
-                   "hop with 1 backup, hop with skipping, prague with each generator and "
-                   "through the switch, adpsgd).")
+              help="Comma-separated --sync specs, run one after another (default: bsp, hop "
+                   "with its defaults, plain hop, hop with 1 backup, hop with a backup and "
+                   "skipping, prague with each generator and through the switch, adpsgd).")
 @click.option("--straggler", "scenarios", default="none,3:4,random:p=0.1,x=4",
               show_default=True, help="Comma-separated scenarios: none, RANK:FACTOR, "
                                       "random:p=P,x=FACTOR.")
