@@ -6,14 +6,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dlcomm.errors import ConfigError
 from dlcomm.train.sync import check_sync, parse_sync
 from dlcomm.train.sync.graphs import Graph, make_graph
 from dlcomm.train.sync.hop import HopOptions, HopWorker, mixing_weights
 from dlcomm.train.sync.sim import simulate_hop
-
 
 # The mechanism tests below use plain lock-step Hop (the old defaults), so that each one
 # sees only the knob it is about.
