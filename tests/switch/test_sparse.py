@@ -257,15 +257,18 @@ class TestSparseDataplane:
         table = JobTable(8, 1024)
         self.dp = Dataplane(table)
         self.job = table.register(self.W, slots=1, k=self.B * self.M, block=self.B)
+        self.job.live = True
         self.dp.add_job(self.job)
+        from tests.switch.crew import Crew
+        self.crew = Crew(self.job)
 
     def send(self, worker, seq, head, blocks, announce=False):
         from dlcomm.wire.packet import ANNOUNCE, DATA, SPARSE, Header
-        from dlcomm.wire.packet import encode as encode_packet
         body = encode(head, blocks)
         hdr = Header(DATA, self.job.job_id, worker, 0, blocks.values.size, seq, 0, 0,
-                     self.job.key, SPARSE | (ANNOUNCE if announce else 0))
-        return self.dp.on_datagram(encode_packet(hdr, body), self.W[worker])
+                     flags=SPARSE | (ANNOUNCE if announce else 0))
+        out = self.dp.on_datagram(self.crew.packet(hdr, body), self.W[worker])
+        return [(a, h, p) for a, h, p in self.crew.read(out)]
 
     def announce(self, masks):
         """Both workers announce group 0 with their masks; returns the planned result."""

@@ -75,9 +75,12 @@ def test_dead_worker_is_named_after_the_deadline():
 
 
 def test_forged_packets_cannot_change_an_honest_job():
-    """A second job's worker (or anyone) sends into our job's slots: no effect."""
+    """Anyone (another job's worker, a host that sniffed our packets) sends into our job's
+    slots: forged tags, a stolen source address, replays of our own authentic packets. No
+    effect on the sums, and every one is dropped for a reason."""
     xs = inputs(3, 4000, 4)
     clean = aggregate(xs, 64, 4)
+    switch: Address = ("10.0.255.254", 9570)
 
     def forger(net, dataplanes):
         dp = dataplanes[0]
@@ -87,17 +90,28 @@ def test_forged_packets_cannot_change_an_honest_job():
         for seq in range(0, 200):
             for slot in range(4):
                 for worker in range(3):
-                    for key, src in ((job.key ^ 0xDEAD, ("10.0.0.1", 7000)),   # wrong key
-                                     (job.key, evil),                           # stolen key
-                                     (0, evil)):
-                        hdr = Header(DATA, job.job_id, worker, slot, 64, seq, 64 * slot, 30, key)
-                        net.send(src, ("10.0.255.254", 9570), encode(hdr, junk))
+                    hdr = Header(DATA, job.job_id, worker, slot, 64, seq, 64 * slot, 30,
+                                 counter=seq)
+                    forged = encode(hdr, junk) + bytes(16)       # a tag that is not one
+                    net.send(("10.0.0.1", 7000), switch, forged)  # from rank 0's address
+                    net.send(evil, switch, forged)                # from elsewhere
+
+        replayed = []
+
+        def capture(packet):  # a sniffer on the wire: replay what rank 1 sends, later
+            if packet.src == ("10.0.0.2", 7000) and packet.dst == switch:
+                replayed.append(packet.data)
+                if len(replayed) % 5 == 0:
+                    net.send(packet.src, switch, replayed[len(replayed) // 2])
+            return True
+        net.observers.append(capture)
 
     res = aggregate(xs, 64, 4, before=forger)
     assert res.errors == [None] * 3
     assert all(o.tobytes() == c.tobytes() for o, c in zip(res.outputs, clean.outputs))
     drops = res.dataplanes[0].counters
-    assert drops["drop_bad_key"] > 0 and drops["drop_bad_source"] > 0
+    assert drops["drop_bad_tag"] > 0 and drops["drop_bad_source"] > 0
+    assert drops["drop_replay"] > 0
 
 
 @pytest.mark.parametrize("multicast", [True, False])

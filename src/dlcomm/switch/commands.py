@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import click
 
 __all__ = ["switch"]
@@ -10,6 +13,31 @@ __all__ = ["switch"]
 @click.group()
 def switch() -> None:
     """The in-network aggregation switch (SwitchML protocol) as a service."""
+
+
+def _limit_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    from dlcomm.switch.control import Limits
+
+    d = Limits()
+    options = [
+        click.option("--max-workers", type=click.IntRange(1, 4096), default=d.max_workers,
+                     show_default=True, help="Workers per job."),
+        click.option("--max-jobs", type=click.IntRange(1, 65534), default=d.max_jobs,
+                     show_default=True, help="Jobs at once."),
+        click.option("--max-slots-per-job", type=click.IntRange(1), default=d.max_slots_per_job,
+                     show_default=True, help="Slots one job may hold."),
+        click.option("--max-registrations", type=click.IntRange(1),
+                     default=d.registrations_per_minute, show_default=True,
+                     help="Registrations per source address per minute."),
+        click.option("--max-connections", type=click.IntRange(1), default=d.max_connections,
+                     show_default=True, help="Control connections at once."),
+        click.option("--max-connections-per-source", type=click.IntRange(1),
+                     default=d.max_connections_per_source, show_default=True,
+                     help="Control connections from one address at once."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
 
 
 @switch.command("serve")
@@ -22,70 +50,41 @@ def switch() -> None:
               help="Drop each received and each sent datagram with this probability.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of --drop-rate.")
 @click.option("--job-timeout-s", type=float, default=600.0, show_default=True,
-              help="Free the slots of a job without packets for this long.")
+              help="Free a job whose packets and heartbeats have been silent this long.")
+@click.option("--cert", type=click.Path(exists=True, dir_okay=False),
+              help="TLS certificate (PEM); default: a fresh self-signed one.")
+@click.option("--key", type=click.Path(exists=True, dir_okay=False),
+              help="The certificate's private key (PEM).")
+@click.option("--token-file", help="Admin token for registration and stats (required beyond "
+              "loopback; created with a random token if missing).")
+@click.option("--metrics", help="HOST:PORT to export counters in the Prometheus text format.")
+@_limit_options
 @click.option("--stats-file", help="Write the final counters (JSON) here on exit.")
 @click.option("--quiet", is_flag=True, help="Do not print the listening address.")
 def switch_serve(bind: str, slots: int, max_k: int | None, drop_rate: float, seed: int,
-                 job_timeout_s: float, stats_file: str | None, quiet: bool) -> None:
-    """Run the switch until SIGINT/SIGTERM."""
-    import signal
+                 job_timeout_s: float, cert: str | None, key: str | None,
+                 token_file: str | None, metrics: str | None, stats_file: str | None,
+                 quiet: bool, **limits: int) -> None:
+    """Run the switch until SIGINT/SIGTERM (a fatal error: one line, exit code 1)."""
+    from dlcomm.switch.daemon import serve
 
-    from dlcomm.errors import ConfigError
-    from dlcomm.switch.client import parse_addresses
-    from dlcomm.switch.server import SwitchServer
-    from dlcomm.switch.service import LISTENING
-
-    (host, port), = parse_addresses(bind, any_port=True)
-    if slots < 1:
-        raise ConfigError(f"--slots must be >= 1, got {slots}")
-    if not 0 <= drop_rate < 1:
-        raise ConfigError(f"--drop-rate must be in [0, 1), got {drop_rate}")
-    try:
-        server = SwitchServer(host, port, slots, max_k, drop_rate, seed, job_timeout_s)
-    except OSError as exc:
-        raise ConfigError(f"cannot listen on {bind}: {exc.strerror or exc}") from exc
-
-    def stop(_signum: int, _frame: object) -> None:
-        server.stop()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    if not quiet:
-        click.echo(f"{LISTENING} {server.address[0]}:{server.address[1]} ({slots} slots)",
-                   err=True)
-    try:
-        server.run()
-    finally:
-        if stats_file:
-            from dlcomm.results import write_json
-            write_json(stats_file, server.stats())
+    serve(bind, slots, max_k, drop_rate, seed, job_timeout_s, cert, key, token_file,
+          metrics, stats_file, quiet, limits)
 
 
 @switch.command("stats")
 @click.option("--switch", "addr", default="127.0.0.1:9570", show_default=True,
               help="HOST:PORT of a running switch (several: a:p,b:q).")
+@click.option("--fingerprint", "fp", envvar="DLCOMM_SWITCH_FP", required=True,
+              help="The switch's certificate fingerprint (sha256, printed by `switch serve`; "
+                   "$DLCOMM_SWITCH_FP).")
+@click.option("--token-file", help="The switch's admin token (needed beyond loopback).")
+@click.option("--watch", type=float, default=None, metavar="SECONDS",
+              help="Refresh every SECONDS until Ctrl-C.")
 @click.option("--json", "as_json", is_flag=True, help="Print the raw JSON.")
-def switch_stats(addr: str, as_json: bool) -> None:
-    """Counters of a running switch: packets, bytes, drops by reason, jobs, slots."""
-    import json
+def switch_stats(addr: str, fp: str, token_file: str | None, watch: float | None,
+                 as_json: bool) -> None:
+    """Counters of a running switch: packets, bytes, drops by reason, jobs, who a job waits on."""
+    from dlcomm.switch.stats import show_stats
 
-    from rich.console import Console
-    from rich.table import Table
-
-    from dlcomm.switch.client import parse_addresses, request_once
-
-    for address in parse_addresses(addr):
-        stats = request_once(address, {"op": "stats"})["stats"]
-        if as_json:
-            click.echo(json.dumps(stats, indent=2))
-            continue
-        table = Table("counter", "value", title=f"switch {stats['address']}: "
-                      f"{stats['slots_in_use']}/{stats['slots_total']} slots in use, "
-                      f"{len(stats['jobs'])} job(s)", title_justify="left")
-        for key, value in sorted(stats["counters"].items()):
-            table.add_row(key, f"{value:,}")
-        for job_id, job in stats["jobs"].items():
-            table.add_row(f"job {job_id} ({job['name']})",
-                          f"{job['workers']} workers, {job['slots']} slots, "
-                          f"{job.get('completions', 0):,} completions")
-        Console().print(table)
+    show_stats(addr, fp, token_file, watch, as_json)

@@ -5,26 +5,32 @@ Per job slot there are two copies (a slot round with sequence number ``seq`` use
 exponents, a count of missing contributions and a bitmap of the workers that contributed
 (docs/references.md: SwitchML). For a DATA packet from worker w:
 
-1. drop it (and count why) if it is malformed, foreign, of an unknown job, carries a wrong
-   key, comes from an address not registered for worker w, names a slot outside the job's
-   range, or holds more than k elements;
-2. a ``seq`` older than the copy's is a stale packet: drop;
-   a newer one starts a new round of the copy (the previous round of this copy is complete,
-   since workers self-clock: nobody reuses a slot before its result arrived);
+1. drop it silently (and count why) if it is malformed, foreign, of an unknown job or of a
+   job not live yet, comes from an address other than worker w's, fails its tag (a forgery,
+   wire/auth.py) or replays an earlier counter, names a slot outside the job's range, holds
+   more than k elements, or announces an exponent or carries a value no worker can produce
+   (values beyond the job's int32 limit would wrap the sum); nothing is answered to what is
+   not authentic;
+2. a ``seq`` older than the copy's is a stale packet: drop; the copy's next round is
+   ``seq + 2`` and only that starts a new round (a jump ahead, such as 0xFFFFFFFF, cannot jam
+   the slot), and only once the copy's round is complete (workers self-clock);
 3. if w's bit is already set in the copy, this is a retransmission: unicast the stored
    result back if the round is complete; otherwise answer with a STATUS packet listing who
    has contributed (dlcomm's addition: it lets a worker name a missing rank);
-   a PROBE (header only, dlcomm's addition) is answered with a STATUS (flagged COMPLETE if
-   the round is complete), or with the result if it also asks to RESEND and the round is
-   complete, so a worker whose timer fired while the round waits for others, or while its
-   result is still on the way, need not resend its payload;
+   a PROBE (a header and zero padding, dlcomm's addition) is answered with a STATUS
+   (flagged COMPLETE if the round is complete), or with the result if it also asks to
+   RESEND and the round is complete;
 4. otherwise set w's bit (and clear it in the other copy), store or add the payload, take
    the maximum exponent; when the last contribution arrives, send the RESULT to every worker
    of the job (once, to the job's multicast group, when it has one).
 
-Workers that disagree about a chunk (its offset or length) get an ERROR packet, all of
-them, instead of a silent hang. Outputs are ``(address, header, payload)`` triples; the
-I/O shell sends them.
+No answer is ever larger than the datagram that caused it (a probe pads itself to the size
+of the answer it asks for), and no packet causes more than one answer: the switch cannot
+amplify. Workers that disagree about a chunk (its offset or length) fail the job: the
+sender gets one ERROR, every worker learns it from the control channel
+(:attr:`Dataplane.failures`), and each later packet of the job is answered by at most one
+ERROR per worker per :data:`ERROR_REPLY_INTERVAL_S`. Outputs are ``(address, parts)``:
+datagrams already sealed by the job's channel; the I/O shell sends them.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import numpy as np
 
 from dlcomm.switch.jobs import Address, Job, JobTable
 from dlcomm.switch.planning import Plan, plan_round
+from dlcomm.wire.channel import Forged, Parts, Replayed
 from dlcomm.wire.packet import (
     ANNOUNCE,
     COMPLETE,
@@ -51,18 +58,19 @@ from dlcomm.wire.packet import (
     SWITCH_RANK,
     Header,
     Malformed,
-    decode,
+    check_length,
+    decode_header,
 )
-from dlcomm.wire.quant import EXP_ZERO
+from dlcomm.wire.quant import EXP_MAX, EXP_MIN, EXP_NONFINITE, EXP_ZERO, valid_exponent
 from dlcomm.wire.sparse import LOOKAHEAD, Blocks, data_width, signed32, unpack_masks
 from dlcomm.wire.sparse import decode as decode_sparse
 from dlcomm.wire.sparse import encode as encode_sparse
 
 __all__ = ["Dataplane", "Output", "SlotCopy"]
 
-Output = tuple[Address, Header, bytes | memoryview]
+Output = tuple[Address, Parts]
 ERROR_REPLY_INTERVAL_S = 0.1
-UNKNOWN_JOB = b"unknown job (the switch restarted or the job ended)"
+SEQ_MASK = 0xFFFFFFFF
 
 
 @dataclass(slots=True)
@@ -82,6 +90,7 @@ class SlotCopy:
     rows: np.ndarray | None = None   # sparse: (groups, m) -> row of sums, -1 if not planned
     run: bool = False                # sparse: the result plans a dense run
     result: bytes = b""             # sparse: the encoded result payload
+    started: float = 0.0            # when the round's first contribution arrived
 
 
 class _Stream:
@@ -114,12 +123,23 @@ def _popcount(bits: int) -> int:
     return bin(bits).count("1")
 
 
+def _older(seq: int, current: int) -> bool:
+    """``seq`` precedes the copy's ``current`` round (sequence numbers wrap at 2^32)."""
+    return current >= 0 and 0 < (current - seq) & SEQ_MASK < 1 << 31
+
+
+def _next_of(current: int, seq: int) -> int:
+    """The one sequence number that may start the copy's next round: two after the current
+    one (rounds alternate between the two copies), or 0/1 for a copy not used yet."""
+    if current < 0:
+        return seq if seq < 2 else -1
+    return (current + 2) & SEQ_MASK
+
+
 def _refusal(job: Job, hdr: Header, src: Address) -> str:
-    """Why a DATA packet of ``job`` must be dropped before anything looks at it ("" if not):
-    a wrong key, a source that is not the worker's address, a slot or size beyond the job's,
-    sparse rounds for a dense job."""
-    if hdr.key != job.key:
-        return "bad_key"
+    """Why a DATA packet of ``job`` must be dropped before its tag is checked ("" if not):
+    a source that is not the worker's address, a slot or size beyond the job's, sparse
+    rounds for a dense job, an exponent no worker announces."""
     if hdr.worker >= job.workers or job.addresses[hdr.worker] != src:
         return "bad_source"
     if hdr.slot >= job.slot_count:
@@ -128,13 +148,28 @@ def _refusal(job: Job, hdr: Header, src: Address) -> str:
         return "too_large"
     if hdr.flags & SPARSE and not job.block:
         return "not_sparse"
+    if not valid_exponent(hdr.exp):
+        return "bad_exponent"
     return ""
 
 
-def _add_dense(copy: SlotCopy, hdr: Header, payload: memoryview) -> None:
+def _valid_exponents(exps: np.ndarray) -> bool:
+    """Every announced exponent is one a worker can produce (wire/quant.valid_exponent)."""
+    ordinary = (exps >= EXP_MIN) & (exps <= EXP_MAX)
+    return bool((ordinary | (exps == EXP_ZERO) | (exps == EXP_NONFINITE)).all())
+
+
+def _values(payload: memoryview | bytes, limit: int) -> np.ndarray | None:
+    """A dense payload's int32 values, or None if one lies beyond ``limit``."""
+    values = np.frombuffer(payload, dtype=np.int32)
+    if len(values) and (int(values.max()) > limit or int(values.min()) < -limit):
+        return None
+    return values
+
+
+def _add_dense(copy: SlotCopy, hdr: Header, values: np.ndarray) -> None:
     """Add a dense contribution's int32 values into the slot copy (the first one is copied)."""
     assert copy.acc is not None
-    values = np.frombuffer(payload, dtype=np.int32)
     if copy.bitmap == 0:
         copy.acc[: hdr.numel] = values
     else:
@@ -150,7 +185,7 @@ class Dataplane:
         self.table = table
         self._slots: dict[int, _JobSlots] = {}
         self.counters: Counter[str] = Counter()
-        self._last_error_reply: dict[Address, float] = {}
+        self.failures: list[tuple[int, str]] = []  # (job, why): for the control plane to tell
 
     # -- control -----------------------------------------------------------------------
     def add_job(self, job: Job) -> None:
@@ -173,58 +208,88 @@ class Dataplane:
         self.counters["packets_in"] += 1
         self.counters["bytes_in"] += len(data)
         try:
-            hdr, payload = decode(data)
+            hdr = decode_header(data)
         except Malformed as exc:
             return self._drop(exc.reason)
         if hdr.type != DATA:
             return self._drop("type")
         slots = self._slots.get(hdr.job)
         if slots is None:
-            return self._unknown_job(hdr, src, now, len(data))
+            return self._drop("unknown_job")  # no answer: job numbers stay unconfirmed
         job = slots.job
-        refused = _refusal(job, hdr, src)
+        refused = "not_live" if not job.live else _refusal(job, hdr, src)
         if refused:
             return self._drop(refused, job)
-        sparse = bool(hdr.flags & SPARSE)
+        try:
+            payload = job.channel.open(hdr, memoryview(data))
+            check_length(hdr, payload)
+        except Forged:
+            return self._drop("bad_tag", job)
+        except Replayed:
+            return self._drop("replay", job)
+        except Malformed as exc:
+            return self._drop(exc.reason, job)
         job.last_packet = now
         job.counters["packets_in"] = job.counters.get("packets_in", 0) + 1
         job.counters["bytes_in"] = job.counters.get("bytes_in", 0) + len(data)
+        if job.failure:
+            return self._error(job, hdr, src, len(data), now)
+        return self._round(slots, hdr, payload, src, len(data), now)
+
+    def _round(self, slots: _JobSlots, hdr: Header, payload: memoryview | bytes,
+               src: Address, size: int, now: float) -> list[Output]:
+        """An authentic DATA packet of a live job: its part in a slot round."""
+        job = slots.job
+        sparse = bool(hdr.flags & SPARSE)
         pair = slots.copies[hdr.slot]
         copy = pair[hdr.seq & 1]
-        if hdr.seq < copy.seq:
+        if _older(hdr.seq, copy.seq):
             return self._drop("stale", job)
         if hdr.flags & PROBE:
-            return self._probe(slots, hdr, copy, src)
-        if hdr.seq > copy.seq:
-            if copy.remaining:
+            return self._probe(slots, hdr, copy, src, size)
+        if hdr.seq != copy.seq:
+            if hdr.seq != _next_of(copy.seq, hdr.seq) or copy.remaining:
                 return self._drop("out_of_order", job)
-            if not self._start_round(slots, hdr, copy, sparse):
+            if not self._start_round(slots, hdr, copy, sparse, now):
                 return self._drop("out_of_order", job)
         bit = 1 << hdr.worker
         if copy.bitmap & bit:
             self.counters["retransmissions"] += 1
             job.counters["retransmissions"] = job.counters.get("retransmissions", 0) + 1
             if copy.remaining == 0:
-                return [(src, *self._result(job, hdr.slot, copy))]
-            return [self._status(job, hdr.slot, copy.seq, copy.expected & ~copy.bitmap, src)]
+                return self._answer(job, hdr.worker, src, size, *self._result(job, hdr.slot,
+                                                                               copy))
+            return self._answer(job, hdr.worker, src, size,
+                                *self._status(job, hdr.slot, copy.seq,
+                                              copy.expected & ~copy.bitmap))
         if copy.remaining == 0:
             # The round is complete but w's bit is clear: w's next round on this slot cleared
             # it, so this is a late duplicate from before that; it must not touch the result.
             return self._drop("stale", job)
         if not copy.expected & bit or sparse != copy.sparse:
-            return self._mismatch(job, hdr, copy, "sent a packet out of turn")
+            return self._mismatch(job, hdr, copy, src, size, now, "sent a packet out of turn")
         if hdr.tsi != copy.tsi or (not sparse and hdr.numel != copy.numel):
-            return self._mismatch(job, hdr, copy)
+            return self._mismatch(job, hdr, copy, src, size, now)
         if sparse:
             reason = self._add_sparse(slots, hdr, payload, copy)
             if reason:
                 return self._drop(reason, job)
         else:
-            _add_dense(copy, hdr, payload)
+            values = _values(payload, job.limit)
+            if values is None:
+                return self._drop("bad_value", job)
+            _add_dense(copy, hdr, values)
         copy.bitmap |= bit
         pair[1 - (hdr.seq & 1)].bitmap &= ~bit
         copy.remaining -= 1
         return self._complete(slots, hdr, copy) if not copy.remaining else []
+
+    def _answer(self, job: Job, rank: int, src: Address, size: int, header: Header,
+                body: bytes | memoryview) -> list[Output]:
+        """One answer to the packet from ``src`` (``size`` bytes), if it is no larger."""
+        if HEADER_SIZE + len(body) + job.channel.tag_size > size:
+            return self._drop("answer_too_large", job)  # a probe pads itself to ask
+        return [(src, job.channel.seal(header, body, to=rank))]
 
     def _complete(self, slots: _JobSlots, hdr: Header, copy: SlotCopy) -> list[Output]:
         """Every contribution of the round is in: its result to every worker."""
@@ -233,12 +298,13 @@ class Dataplane:
             self._finish_sparse(slots, hdr.slot, copy)
         self.counters["completions"] += 1
         job.counters["completions"] = job.counters.get("completions", 0) + 1
-        header, body = self._result(job, hdr.slot, copy)
+        parts = job.channel.seal(*self._result(job, hdr.slot, copy))
         if job.group is not None:
-            return [(job.group, header, body)]
-        return [(addr, header, body) for addr in job.addresses]
+            return [(job.group, parts)]
+        return [(addr, parts) for addr in job.addresses]
 
-    def _start_round(self, slots: _JobSlots, hdr: Header, copy: SlotCopy, sparse: bool) -> bool:
+    def _start_round(self, slots: _JobSlots, hdr: Header, copy: SlotCopy, sparse: bool,
+                     now: float) -> bool:
         """Begin round ``hdr.seq`` on ``copy``; False if its participants are unknown."""
         job = slots.job
         stream = slots.streams[hdr.slot]
@@ -246,6 +312,7 @@ class Dataplane:
         if planned and (stream is None or stream.pending_seq != hdr.seq):
             return False  # not a round this slot planned: the copy stays as it was
         copy.seq, copy.bitmap, copy.exp, copy.tsi = hdr.seq, 0, EXP_ZERO, hdr.tsi
+        copy.started = now
         copy.numel, copy.sparse, copy.run = hdr.numel, sparse, False
         if not sparse:
             copy.expected = slots.all
@@ -270,11 +337,13 @@ class Dataplane:
         copy.remaining = _popcount(copy.expected)
         return True
 
-    def _add_sparse(self, slots: _JobSlots, hdr: Header, payload: memoryview,
+    def _add_sparse(self, slots: _JobSlots, hdr: Header, payload: memoryview | bytes,
                     copy: SlotCopy) -> str:
         """Add a sparse contribution and record the sender's look-ahead; or, touching
-        nothing, name why it is dropped: "length" (malformed payload) or "unplanned"
-        (values in an announce round, groups or blocks outside this round's plan)."""
+        nothing, name why it is dropped: "length" (malformed payload), "bad_exponent" (a
+        look-ahead exponent no worker announces: its maximum goes into a result header's
+        16-bit field), "bad_value" (beyond the job's int32 limit) or "unplanned" (values in
+        an announce round, groups or blocks outside this round's plan)."""
         job = slots.job
         m = job.k // job.block
         try:
@@ -282,6 +351,12 @@ class Dataplane:
             unpack_masks(head[:, 2:], m)  # the look-ahead's masks: no bit beyond m
         except ValueError:
             return "length"
+        exps = signed32(head[:, 1])
+        if not _valid_exponents(exps):
+            return "bad_exponent"
+        values = part.values
+        if values.size and (int(values.max()) > job.limit or int(values.min()) < -job.limit):
+            return "bad_value"
         if copy.groups is None:
             if len(part.groups):
                 return "unplanned"  # values in an announce round
@@ -295,10 +370,10 @@ class Dataplane:
             at = copy.rows[rows[segment], block]
             if (at < 0).any():
                 return "unplanned"  # blocks nobody announced
-            copy.sums[at] += part.values
+            copy.sums[at] += values
         stream = slots.streams[hdr.slot]
         assert stream is not None
-        head[:, 1] = signed32(head[:, 1])
+        head[:, 1] = exps
         stream.looks[hdr.worker] = head
         return ""
 
@@ -330,61 +405,86 @@ class Dataplane:
         copy.result = encode_sparse(np.stack([groups, exps], axis=1) if len(groups)
                                     else np.zeros((0, 2), np.int64), part)
 
-    def _probe(self, slots: _JobSlots, hdr: Header, copy: SlotCopy, src: Address
-               ) -> list[Output]:
+    def _probe(self, slots: _JobSlots, hdr: Header, copy: SlotCopy, src: Address,
+               size: int) -> list[Output]:
         job = slots.job
         self.counters["probes"] += 1
-        if hdr.seq > copy.seq:  # nobody's contribution to this round has arrived yet
-            return [self._status(job, hdr.slot, hdr.seq, slots.all, src)]
+        if hdr.seq != copy.seq:  # nobody's contribution to this round has arrived yet
+            if hdr.seq != _next_of(copy.seq, hdr.seq):
+                return self._drop("out_of_order", job)
+            return self._answer(job, hdr.worker, src, size,
+                                *self._status(job, hdr.slot, hdr.seq, slots.all))
         complete = copy.remaining == 0
         if complete and hdr.flags & RESEND:
             self.counters["resent_results"] += 1
-            return [(src, *self._result(job, hdr.slot, copy))]
-        return [self._status(job, hdr.slot, copy.seq, copy.expected & ~copy.bitmap, src,
-                             complete)]
+            return self._answer(job, hdr.worker, src, size, *self._result(job, hdr.slot, copy))
+        return self._answer(job, hdr.worker, src, size,
+                            *self._status(job, hdr.slot, copy.seq,
+                                          copy.expected & ~copy.bitmap, complete))
 
     @staticmethod
-    def _status(job: Job, slot: int, seq: int, waiting: int, src: Address,
-                complete: bool = False) -> Output:
+    def _status(job: Job, slot: int, seq: int, waiting: int,
+                complete: bool = False) -> tuple[Header, bytes]:
         """STATUS: the bitmap of the workers the round still waits for."""
-        status = Header(STATUS, job.job_id, SWITCH_RANK, slot, 0, seq, 0, 0, job.key,
-                        COMPLETE if complete else 0)
-        return (src, status, waiting.to_bytes((job.workers + 7) // 8, "little"))
+        status = Header(STATUS, job.job_id, SWITCH_RANK, slot, 0, seq, 0, 0,
+                        flags=COMPLETE if complete else 0)
+        return status, waiting.to_bytes((job.workers + 7) // 8, "little")
 
     def _result(self, job: Job, slot: int, copy: SlotCopy) -> tuple[Header, bytes | memoryview]:
         assert copy.acc is not None
         flags = (SPARSE | (RUN if copy.run else 0)) if copy.sparse else 0
         header = Header(RESULT, job.job_id, SWITCH_RANK, slot, copy.numel, copy.seq, copy.tsi,
-                        copy.exp, job.key, flags)
+                        copy.exp, flags=flags)
         if copy.sparse:
             return header, copy.result
         return header, copy.acc[: copy.numel].data.cast("B")
 
-    def _mismatch(self, job: Job, hdr: Header, copy: SlotCopy, why: str = "") -> list[Output]:
+    def _mismatch(self, job: Job, hdr: Header, copy: SlotCopy, src: Address, size: int,
+                  now: float, why: str = "") -> list[Output]:
+        """Workers disagree: the job fails (every worker hears it on the control channel)."""
         self._drop("mismatch", job)
         if why:
             text = (f"rank {hdr.worker} {why} (slot {hdr.slot}, round {hdr.seq}): the workers "
-                    "disagree about the tensor or its sparsity").encode()
+                    "disagree about the tensor or its sparsity")
         elif hdr.numel == 0 and copy.numel == 0:  # exponent rounds carry the tensor's length
             text = (f"rank {hdr.worker} all-reduces {hdr.tsi} elements, other ranks "
-                    f"{copy.tsi}: the workers' tensors differ").encode()
+                    f"{copy.tsi}: the workers' tensors differ")
         else:
             text = (f"rank {hdr.worker} sent chunk at element {hdr.tsi} with {hdr.numel} "
-                    f"elements for slot {hdr.slot} round {hdr.seq}, but other ranks sent element "
-                    f"{copy.tsi} with {copy.numel}: the workers' tensors differ").encode()
-        err = Header(ERROR, job.job_id, SWITCH_RANK, hdr.slot, 0, hdr.seq, hdr.tsi, 0, job.key)
-        return [(addr, err, text) for addr in job.addresses]
+                    f"elements for slot {hdr.slot} round {hdr.seq}, but other ranks sent "
+                    f"element {copy.tsi} with {copy.numel}: the workers' tensors differ")
+        job.failure = text
+        self.failures.append((job.job_id, text))
+        return self._error(job, hdr, src, size, now)
 
-    def _unknown_job(self, hdr: Header, src: Address, now: float, size: int) -> list[Output]:
-        """Tell the sender once in a while (rate-limited, never larger than what it sent)."""
-        self._drop("unknown_job")
-        if now - self._last_error_reply.get(src, -1e9) < ERROR_REPLY_INTERVAL_S:
-            return []
-        self._last_error_reply[src] = now
-        if len(self._last_error_reply) > 4096:
-            self._last_error_reply.clear()
-        err = Header(ERROR, hdr.job, SWITCH_RANK, hdr.slot, 0, hdr.seq, hdr.tsi, 0, 0)
-        return [(src, err, UNKNOWN_JOB[: max(0, size - HEADER_SIZE)])]
+    def _error(self, job: Job, hdr: Header, src: Address, size: int, now: float
+               ) -> list[Output]:
+        """An ERROR with the job's failure to the sender: at most one per worker per
+        ERROR_REPLY_INTERVAL_S, never larger than the packet it answers."""
+        last = job.error_replies.get(hdr.worker, -1e9)
+        if now - last < ERROR_REPLY_INTERVAL_S:
+            return self._drop("error_limited", job)
+        job.error_replies[hdr.worker] = now
+        room = size - HEADER_SIZE - job.channel.tag_size
+        text = job.failure.encode()[: max(0, room)]
+        err = Header(ERROR, job.job_id, SWITCH_RANK, hdr.slot, 0, hdr.seq, hdr.tsi, 0)
+        self.counters["errors_sent"] += 1
+        return [(src, job.channel.seal(err, text, to=hdr.worker))]
+
+    def waiting(self, job_id: int, now: float) -> dict[str, object] | None:
+        """The job's oldest incomplete round: the ranks it waits for and since when (the
+        diagnosis of a job that hangs)."""
+        slots = self._slots.get(job_id)
+        if slots is None:
+            return None
+        open_rounds = [(c.started, slot, c) for slot, pair in enumerate(slots.copies)
+                       for c in pair if c.remaining and c.bitmap]
+        if not open_rounds:
+            return None
+        started, slot, copy = min(open_rounds, key=lambda r: r[0])
+        missing = copy.expected & ~copy.bitmap
+        return {"ranks": [r for r in range(slots.job.workers) if missing >> r & 1],
+                "since_s": round(now - started, 3), "slot": slot, "round": copy.seq}
 
     def slots_in_use(self) -> int:
         return self.table.slots_in_use()

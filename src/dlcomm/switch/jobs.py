@@ -1,12 +1,15 @@
-"""Jobs on a switch: registration, slot ranges, keys (pure bookkeeping, no sockets).
+"""Jobs on a switch: registration, slot ranges, secrets (pure bookkeeping, no sockets).
 
 A job registers with its number of workers and their UDP addresses and asks for a number
-of slots (its window); it gets a job number, a random 64-bit key and a range of the switch's
-slot pool to itself, so several jobs aggregate at once without touching each other's slots.
-When the workers sit on distinct hosts and listen on a common port, the job also gets an IP
-multicast group: the switch sends each result once and the network replicates it, as a
-hardware switch replicates a result to the ports of a job (SwitchML).
-Ending a job (or its timing out) returns its slots to the pool.
+of slots (its window); it gets a random job number, a random 32-byte secret (its packet keys derive
+from it, wire/auth.py), and a range of the switch's slot pool to itself, so several jobs
+aggregate at once without touching each other's slots. When the workers sit on distinct
+hosts and listen on a common port, the job also gets an IP multicast group, drawn at random
+from 239.0.0.0/8 (nobody can guess it from the job number): the switch sends each result
+once and the network replicates it, as a hardware switch replicates a result to the ports
+of a job (SwitchML). A job is *live* once every rank has attached (and proved that its
+address receives); before that its packets are dropped. Ending a job (or its timing out)
+returns its slots to the pool.
 """
 
 from __future__ import annotations
@@ -15,16 +18,23 @@ import secrets
 from dataclasses import dataclass, field
 
 from dlcomm.errors import DlcommError
+from dlcomm.wire.auth import AUTH_NAMES, SECRET_SIZE, JobKeys
+from dlcomm.wire.channel import Channel
+from dlcomm.wire.quant import value_limit
 
-__all__ = ["Address", "Job", "JobTable", "SwitchFull", "MAX_WORKERS", "multicast_group"]
+__all__ = ["Address", "Job", "JobTable", "SwitchFull", "MAX_WORKERS", "random_group"]
 
 Address = tuple[str, int]
 MAX_WORKERS = 4096
+MAX_JOB_ID = 0xFFFE   # job numbers are 1..0xFFFE (a u16 in every packet)
 
 
-def multicast_group(job_id: int) -> str:
-    """The administratively scoped group (239.77.0.0/16) that carries a job's results."""
-    return f"239.77.{job_id >> 8 & 255}.{job_id & 255}"
+def random_group(taken: set[str]) -> str:
+    """An administratively scoped multicast group (239.0.0.0/8) no live job uses."""
+    while True:
+        group = f"239.{secrets.randbelow(256)}.{secrets.randbelow(256)}.{secrets.randbelow(256)}"
+        if group not in taken and not group.endswith((".0", ".255")):
+            return group
 
 
 class SwitchFull(DlcommError):
@@ -34,7 +44,6 @@ class SwitchFull(DlcommError):
 @dataclass
 class Job:
     job_id: int
-    key: int
     addresses: tuple[Address, ...]   # rank -> UDP address; packets from elsewhere are dropped
     slot_base: int                   # first slot of the job's range in the pool
     slot_count: int
@@ -45,6 +54,18 @@ class Job:
     created: float = 0.0
     last_packet: float = 0.0
     counters: dict[str, int] = field(default_factory=dict)
+    secret: bytes = b""              # the packet keys derive from it (wire/auth.py)
+    auth: int = 1                    # wire/auth.AUTH_*: none, authenticated, encrypted
+    live: bool = False               # every rank attached and proved its address
+    failure: str = ""                # why the job failed (its packets then get ERRORs)
+    error_replies: dict[int, float] = field(default_factory=dict)  # rank -> last ERROR sent
+    channel: Channel = field(init=False)
+    limit: int = field(init=False)   # the largest |value| a worker may contribute
+
+    def __post_init__(self) -> None:
+        self.channel = Channel(JobKeys.derive(self.secret, self.job_id, self.auth,
+                                              range(self.workers)), None)
+        self.limit = value_limit(self.workers)
 
     @property
     def workers(self) -> int:
@@ -60,7 +81,6 @@ class JobTable:
         self.total_slots = total_slots
         self.max_k = max_k
         self.jobs: dict[int, Job] = {}
-        self._next_id = 1
 
     def slots_in_use(self) -> int:
         return sum(j.slot_count for j in self.jobs.values())
@@ -78,7 +98,8 @@ class JobTable:
                          f"{count} requested")
 
     def register(self, addresses: list[Address], slots: int, k: int, name: str = "",
-                 now: float = 0.0, multicast_port: int | None = None, block: int = 0) -> Job:
+                 now: float = 0.0, multicast_port: int | None = None, block: int = 0,
+                 auth: int = 1) -> Job:
         if not 1 <= len(addresses) <= MAX_WORKERS:
             raise ValueError(f"a job has 1..{MAX_WORKERS} workers, got {len(addresses)}")
         if len(set(addresses)) != len(addresses):
@@ -89,23 +110,29 @@ class JobTable:
             raise ValueError(f"a job needs at least one slot, got {slots}")
         if block < 0 or (block and k % block):
             raise ValueError(f"the sparse block size {block} must divide k = {k}")
+        if auth not in AUTH_NAMES:
+            raise ValueError(f"unknown authentication mode {auth}")
         base = self._free_range(slots)
-        for _ in range(0xFFFF):
-            job_id = self._next_id
-            self._next_id = self._next_id % 0xFFFE + 1
-            if job_id not in self.jobs:
-                break
-        else:
+        if len(self.jobs) >= MAX_JOB_ID:
             raise SwitchFull("no free job number")
+        job_id = self.new_id()
         group = None
         if multicast_port is not None:
             if not 0 < multicast_port < 65536:
                 raise ValueError(f"bad multicast port {multicast_port}")
-            group = (multicast_group(job_id), multicast_port)
-        job = Job(job_id, secrets.randbits(64), tuple(addresses), base, slots, k, name, block,
-                  group, now, now)
+            taken = {j.group[0] for j in self.jobs.values() if j.group}
+            group = (random_group(taken), multicast_port)
+        job = Job(job_id, tuple(addresses), base, slots, k, name, block, group, now, now,
+                  secret=secrets.token_bytes(SECRET_SIZE), auth=auth)
         self.jobs[job_id] = job
         return job
+
+    def new_id(self) -> int:
+        """A random job number no live job has (numbers say nothing about other jobs)."""
+        while True:
+            job_id = 1 + secrets.randbelow(MAX_JOB_ID)
+            if job_id not in self.jobs:
+                return job_id
 
     def remove(self, job_id: int) -> Job | None:
         return self.jobs.pop(job_id, None)

@@ -1,41 +1,34 @@
-"""The switch service: the pure dataplane behind a UDP socket, and a TCP control channel.
+"""The switch service: the pure dataplane behind a UDP socket, and a TLS control plane.
 
 ``dlcomm switch serve --bind HOST:PORT`` listens for packets on UDP HOST:PORT and for
-control connections on TCP HOST:PORT. One thread runs the packet loop; one thread per
-control connection handles registration, attachment, statistics and departures; a janitor
-frees the slots of jobs that went idle. ``--drop-rate p`` drops each received and each sent
-datagram with probability p (loss injection for tests and benchmarks).
+control connections (TLS) on TCP HOST:PORT. One thread runs the packet loop; an asyncio
+event loop in another serves every control connection and the janitor
+(:mod:`.control`). ``--drop-rate p`` drops each received and each sent datagram with
+probability p (loss injection for tests and benchmarks).
+
+The packet loop never dies on input: every datagram and every send has its own exception
+boundary, counted by reason and logged once per reason.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
 import socket
+import sys
 import threading
 import time
-from collections import Counter
 from typing import Any
 
 from dlcomm.sockets import set_buffers
+from dlcomm.switch.control import ControlPlane, Limits, SwitchState, line_limit
 from dlcomm.switch.dataplane import Dataplane
 from dlcomm.switch.jobs import JobTable
-from dlcomm.wire.control import decode_line, encode_line
+from dlcomm.switch.security import Identity
 from dlcomm.wire.packet import max_elements
 
 __all__ = ["SwitchServer"]
-
-class _Member:
-    """A control connection attached to a job as one rank."""
-
-    def __init__(self, conn: socket.socket, job: int, rank: int) -> None:
-        self.conn, self.job, self.rank = conn, job, rank
-        self.left = False
-        self.lock = threading.Lock()
-
-    def send(self, obj: dict[str, Any]) -> None:
-        with self.lock, contextlib.suppress(OSError):
-            self.conn.sendall(encode_line(obj))
 
 
 def _bind_pair(host: str, port: int, attempts: int = 32) -> tuple[socket.socket, socket.socket]:
@@ -46,7 +39,8 @@ def _bind_pair(host: str, port: int, attempts: int = 32) -> tuple[socket.socket,
         try:
             set_buffers(udp)
             udp.bind((host, port))
-            return udp, socket.create_server(udp.getsockname(), reuse_port=False)
+            tcp = socket.create_server(udp.getsockname(), reuse_port=False, backlog=512)
+            return udp, tcp
         except OSError:
             udp.close()
             if port != 0:
@@ -55,36 +49,56 @@ def _bind_pair(host: str, port: int, attempts: int = 32) -> tuple[socket.socket,
 
 
 class SwitchServer:
-    def __init__(self, host: str, port: int, slots: int = 1024, max_k: int | None = None,
-                 drop_rate: float = 0.0, seed: int = 0, job_timeout_s: float = 600.0) -> None:
+    def __init__(self, host: str, port: int, identity: Identity, slots: int = 1024,
+                 max_k: int | None = None, drop_rate: float = 0.0, seed: int = 0,
+                 job_timeout_s: float = 600.0, token: str | None = None,
+                 limits: Limits = Limits()) -> None:
         if not 0 <= drop_rate < 1:
             raise ValueError(f"drop rate must be in [0, 1), got {drop_rate}")
-        self.table = JobTable(slots, max_k or max_elements())
-        self.dataplane = Dataplane(self.table)
-        self.lock = threading.Lock()
+        table = JobTable(slots, max_k or max_elements())
+        self.state = SwitchState(table, Dataplane(table))
+        self.identity = identity
         self.drop_rate = drop_rate
         self.rng = random.Random(seed)
-        self.job_timeout_s = job_timeout_s
-        self.counters: Counter[str] = Counter()
         self.timing: dict[str, float] = {"recv_s": 0.0, "dataplane_s": 0.0, "send_s": 0.0}
-        self.members: dict[int, list[_Member]] = {}
         self.started = time.time()
         self.udp, self.tcp = _bind_pair(host, port)
         if host not in ("0.0.0.0", ""):  # results to multicast groups leave through HOST
             self.udp.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(host))
         self.udp.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
         self.udp.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 0)
-        self.address = self.udp.getsockname()
+        self.address: tuple[str, int] = self.udp.getsockname()
+        self.control = ControlPlane(self.state, self._send_udp, token, limits, job_timeout_s,
+                                    self.stats)
         self._stop = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._async_stop: asyncio.Event | None = None
+        self._logged: set[str] = set()
+        self.fatal: BaseException | None = None
+
+    @property
+    def counters(self) -> Any:
+        return self.state.counters
+
+    def _count(self, reason: str, detail: str) -> None:
+        self.state.counters[reason] += 1
+        if reason not in self._logged:
+            self._logged.add(reason)
+            print(f"dlcomm switch: {detail} (counted as {reason}; later ones are only "
+                  "counted)", file=sys.stderr, flush=True)
+
+    def _send_udp(self, data: bytes, addr: tuple[str, int]) -> None:
+        self.udp.sendto(data, addr)
 
     # -- packets -----------------------------------------------------------------------
     def serve_packets(self) -> None:
         """The hot loop. It also times its three parts (a few perf_counter calls per
         packet), so that the counters say where the switch's time goes: waiting in and
-        copying out of recv, the dataplane (decode, checks, int32 additions), and sending."""
+        copying out of recv, the dataplane (checks, tags, int32 additions), and sending."""
         buf = bytearray(1 << 16)
         view = memoryview(buf)
-        sock, dp, lock, drop, rng = self.udp, self.dataplane, self.lock, self.drop_rate, self.rng
+        sock, state, drop, rng = self.udp, self.state, self.drop_rate, self.rng
+        dp, lock, counters = state.dataplane, state.lock, state.counters
         clock = time.perf_counter
         timing = self.timing
         sock.settimeout(0.2)
@@ -94,163 +108,111 @@ class SwitchServer:
                 n, src = sock.recvfrom_into(buf)
             except TimeoutError:
                 continue
-            except OSError:
+            except OSError as exc:
                 if self._stop.is_set():
                     return
-                raise
+                self._count("recv_errors", f"receiving failed: {exc}")
+                continue
             t1 = clock()
             timing["recv_s"] += t1 - t0
             if drop and rng.random() < drop:
-                self.counters["drop_injected_in"] += 1
+                counters["drop_injected_in"] += 1
                 continue
-            with lock:
-                outputs = dp.on_datagram(view[:n], src, time.monotonic())
+            try:
+                with lock:
+                    outputs = dp.on_datagram(view[:n], src, time.monotonic())
+            except Exception as exc:  # noqa: BLE001 (no datagram may end the loop)
+                self._count("dataplane_errors", f"a datagram raised {exc!r}")
+                continue
             t2 = clock()
             timing["dataplane_s"] += t2 - t1
-            for addr, header, body in outputs:
+            if dp.failures:  # a job failed: its workers hear it on the control channel now
+                self._call_control(self.control.tell_failures)
+            for addr, parts in outputs:
                 if drop and rng.random() < drop:
-                    self.counters["drop_injected_out"] += 1
+                    counters["drop_injected_out"] += 1
                     continue
                 try:
-                    sent = sock.sendmsg([header.pack(), body], [], 0, addr)
-                except OSError:
-                    self.counters["send_errors"] += 1
+                    sent = sock.sendmsg(parts, [], 0, addr)
+                except OSError as exc:
+                    self._count("send_errors", f"sending to {addr} failed: {exc}")
                     continue
-                self.counters["packets_out"] += 1
-                self.counters["bytes_out"] += sent
+                except Exception as exc:  # noqa: BLE001
+                    self._count("send_failures", f"sending to {addr!r} raised {exc!r}")
+                    continue
+                counters["packets_out"] += 1
+                counters["bytes_out"] += sent
             timing["send_s"] += clock() - t2
 
+    def _call_control(self, func: Any) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(func)
+
     # -- control -------------------------------------------------------------------------
-    def serve_control(self) -> None:
-        self.tcp.settimeout(0.2)
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.tcp.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
+    async def _control_main(self, ready: threading.Event) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._async_stop = asyncio.Event()
+        limits = self.control.limits
+        server = await asyncio.start_server(
+            self.control.connection, sock=self.tcp, ssl=self.identity.context,
+            ssl_handshake_timeout=limits.handshake_s, limit=line_limit())
+        janitor = asyncio.create_task(self.control.janitor(self._async_stop))
+        ready.set()
+        async with server:
+            await self._async_stop.wait()
+        janitor.cancel()
 
-    def _connection(self, conn: socket.socket) -> None:
-        member: _Member | None = None
-        with conn, conn.makefile("rb") as lines:
-            try:
-                for line in lines:
-                    try:
-                        reply, member = self._request(decode_line(line), conn, member)
-                    except (ValueError, KeyError, TypeError) as exc:
-                        reply = {"ok": False, "error": str(exc)}
-                    if member is not None:
-                        member.send(reply)
-                    else:
-                        conn.sendall(encode_line(reply))
-            except OSError:
-                pass
-        if member is not None and not member.left:
-            self._worker_died(member)
-
-    def _request(self, req: dict[str, Any], conn: socket.socket, member: _Member | None
-                 ) -> tuple[dict[str, Any], _Member | None]:
-        op = req.get("op")
-        if op == "ping":
-            from dlcomm import __version__
-            return {"ok": True, "version": __version__}, member
-        if op == "stats":
-            return {"ok": True, "stats": self.stats()}, member
-        if op == "register":
-            if member is not None:
-                raise ValueError("this connection already belongs to a job")
-            addresses = [(str(a), int(p)) for a, p in req["addresses"]]
-            with self.lock:
-                mport = req.get("multicast_port")
-                job = self.table.register(addresses, int(req["slots"]), int(req["k"]),
-                                          str(req.get("name", "")), time.monotonic(),
-                                          int(mport) if mport is not None else None,
-                                          int(req.get("block", 0)))
-                self.dataplane.add_job(job)
-                member = _Member(conn, job.job_id, 0)
-                self.members[job.job_id] = [member]
-            return {"ok": True, "job": job.job_id, "key": f"{job.key:016x}",
-                    "slots": job.slot_count, "k": job.k,
-                    "group": job.group[0] if job.group else None}, member
-        if op == "attach":
-            with self.lock:
-                attached = self.table.jobs.get(int(req["job"]))
-                if attached is None or f"{attached.key:016x}" != req["key"]:
-                    raise ValueError(f"no job {req['job']} with that key")
-                rank = int(req["rank"])
-                if not 0 <= rank < attached.workers:
-                    raise ValueError(f"rank {rank} is outside the job's {attached.workers} workers")
-                member = _Member(conn, attached.job_id, rank)
-                self.members.setdefault(attached.job_id, []).append(member)
-            return {"ok": True}, member
-        if op == "leave":
-            if member is None:
-                raise ValueError("this connection is not attached to a job")
-            member.left = True
-            with self.lock:
-                group = self.members.get(member.job, [])
-                if group and all(m.left for m in group):
-                    self._end_job(member.job)
-            return {"ok": True}, member
-        raise ValueError(f"unknown op {op!r}")
-
-    def _end_job(self, job_id: int) -> None:
-        self.dataplane.remove_job(job_id)
-        self.members.pop(job_id, None)
-
-    def _worker_died(self, member: _Member) -> None:
-        with self.lock:
-            group = self.members.get(member.job)
-            if group is None:
-                return
-            self._end_job(member.job)
-            self.counters["jobs_failed"] += 1
-        for other in group:
-            if other is not member:
-                other.send({"event": "worker_left", "job": member.job, "rank": member.rank})
-
-    def janitor(self) -> None:
-        while not self._stop.wait(1.0):
-            with self.lock:
-                idle = self.table.idle(time.monotonic(), self.job_timeout_s)
-                groups = [(j, self.members.get(j, [])) for j in idle]
-                for job_id in idle:
-                    self._end_job(job_id)
-                    self.counters["jobs_timed_out"] += 1
-            for job_id, group in groups:
-                for member in group:
-                    member.send({"event": "job_timeout", "job": job_id})
+    def _control_thread(self, ready: threading.Event) -> None:
+        try:
+            asyncio.run(self._control_main(ready))
+        except BaseException as exc:  # noqa: BLE001 (the service stops with its reason)
+            self.fatal = exc
+            self._stop.set()
+            ready.set()
 
     # -- lifecycle ------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
-        with self.lock:
-            jobs = {str(j.job_id): {"name": j.name, "workers": j.workers,
-                                    "slots": j.slot_count, "k": j.k, **j.counters}
-                    for j in self.table.jobs.values()}
-            counters = dict(self.dataplane.counters)
-        counters.update(self.counters)
+        with self.state.lock:
+            table = self.state.table
+            jobs = {str(j.job_id): {"name": j.name, "workers": j.workers, "live": j.live,
+                                    "slots": j.slot_count, "k": j.k, "failure": j.failure,
+                                    "waiting": self.state.dataplane.waiting(j.job_id,
+                                                                            time.monotonic()),
+                                    **j.counters}
+                    for j in table.jobs.values()}
+            counters = dict(self.state.dataplane.counters)
+            slots_in_use = table.slots_in_use()
+        counters.update(self.state.counters)
         return {"address": f"{self.address[0]}:{self.address[1]}", "counters": counters,
-                "slots_total": self.table.total_slots, "slots_in_use": self.table.slots_in_use(),
-                "jobs": jobs, "uptime_s": time.time() - self.started,
-                "cpu_s": time.process_time(),
+                "slots_total": table.total_slots, "slots_in_use": slots_in_use,
+                "jobs": jobs, "control": self.control.stats_of_jobs(),
+                "uptime_s": time.time() - self.started, "cpu_s": time.process_time(),
                 "time_s": {k: round(v, 6) for k, v in self.timing.items()},
-                "drop_rate": self.drop_rate}
+                "drop_rate": self.drop_rate, "fingerprint": self.identity.fingerprint}
 
     def run(self) -> None:
-        threads = [threading.Thread(target=self.serve_control, daemon=True),
-                   threading.Thread(target=self.janitor, daemon=True)]
-        for t in threads:
-            t.start()
+        """Serve until :meth:`stop`; raise what ended the control plane, if anything did."""
+        ready = threading.Event()
+        control = threading.Thread(target=self._control_thread, args=(ready,), daemon=True,
+                                   name="dlcomm-switch-control")
+        control.start()
+        ready.wait()
         try:
             self.serve_packets()
         finally:
             self.stop()
+            control.join(timeout=5)
+        if self.fatal is not None:
+            raise self.fatal
 
     def stop(self) -> None:
         self._stop.set()
-        with contextlib.suppress(OSError):
-            self.tcp.close()
+        loop, flag = self._loop, self._async_stop
+        if loop is not None and flag is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(flag.set)
         with contextlib.suppress(OSError):
             self.udp.close()
+

@@ -24,13 +24,13 @@ from typing import Any
 from dlcomm.errors import DlcommError
 from dlcomm.runtime.jobdir import job_directory
 from dlcomm.runtime.processes import spawn, stop
+from dlcomm.switch.daemon import LISTENING
+from dlcomm.switch.security import needs_token
 
-__all__ = ["SwitchService", "running_switches", "SWITCH_EXCHANGES", "switches_for_job",
-           "LISTENING"]
+__all__ = ["SwitchService", "running_switches", "SWITCH_EXCHANGES", "switches_for_job"]
 
 SWITCH_EXCHANGES = frozenset({"switch", "sparse-switch", "auto"})  # exchanges that talk to a switch
-LISTENING = "dlcomm switch listening on"  # the line ``dlcomm switch serve`` prints when ready
-_LISTENING = re.compile(re.escape(LISTENING) + r" (\S+):(\d+)")
+_LISTENING = re.compile(re.escape(LISTENING) + r" (\S+):(\d+) .*sha256 ([0-9a-f]{64})")
 START_S = 30.0
 
 
@@ -41,10 +41,20 @@ class SwitchService:
     stats_files: list[Path] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
     final_stats: list[dict[str, Any]] = field(default_factory=list)  # when the block ends
+    fingerprints: list[str] = field(default_factory=list)   # each switch's TLS certificate
+    token_file: Path | None = None      # the admin token, for switches beyond loopback
 
     @property
     def spec_addr(self) -> str:
         return "+".join(f"{h}:{p}" for h, p in self.addresses)
+
+    def spec_options(self) -> dict[str, str]:
+        """What an exchange spec needs to reach these switches: addresses, certificate
+        fingerprints, the admin token's file."""
+        options = {"addr": self.spec_addr, "fp": "+".join(self.fingerprints)}
+        if self.token_file is not None:
+            options["token_file"] = str(self.token_file)
+        return options
 
 
 def _log_tail(log: Path) -> str:
@@ -56,13 +66,14 @@ def _log_tail(log: Path) -> str:
 
 
 def _wait_listening(proc: subprocess.Popen[bytes], host: str, log: Path,
-                    deadline: float) -> tuple[str, int]:
-    """The address the switch says it listens on (its first line in ``log``)."""
+                    deadline: float) -> tuple[tuple[str, int], str]:
+    """The address the switch says it listens on and its certificate's fingerprint (its
+    first line in ``log``)."""
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError):
             m = _LISTENING.search(log.read_text(errors="replace"))
             if m:
-                return (host, int(m.group(2)))
+                return (host, int(m.group(2))), m.group(3)
         if proc.poll() is not None:
             raise DlcommError(f"the switch on {host} did not start: "
                               f"{_log_tail(log) or f'exit code {proc.returncode}'}")
@@ -81,6 +92,9 @@ def running_switches(host: str, count: int = 1, prefix: Sequence[str] = (),
     """
     service = SwitchService()
     with job_directory("switch") as tmp:
+        if needs_token(host):  # beyond loopback (an emulated core): an admin token
+            service.token_file = tmp / "admin.token"
+            extra_args = (*extra_args, "--token-file", str(service.token_file))
         try:
             for i in range(count):
                 stats_file = tmp / f"switch{i}.json"
@@ -91,8 +105,10 @@ def running_switches(host: str, count: int = 1, prefix: Sequence[str] = (),
                         "--seed", str(i), "--stats-file", str(stats_file), *extra_args]
                 service.procs.append(spawn(argv, log=service.logs[-1]))
             deadline = time.monotonic() + START_S
-            service.addresses = [_wait_listening(proc, host, log, deadline)
-                                 for proc, log in zip(service.procs, service.logs)]
+            for proc, log in zip(service.procs, service.logs):
+                address, fingerprint = _wait_listening(proc, host, log, deadline)
+                service.addresses.append(address)
+                service.fingerprints.append(fingerprint)
             yield service
         finally:
             stop(service.procs, grace_s=5.0)
@@ -131,5 +147,5 @@ def switches_for_job(specs: Sequence[str], host: str, prefix: Sequence[str] = ()
                for s, w in zip(specs, wanted)], None
         return
     with running_switches(host, shards, prefix, drop_rate=drop_rate) as service:
-        yield [_with_options(s, {"addr": service.spec_addr, **extra}) if w else s
+        yield [_with_options(s, {**service.spec_options(), **extra}) if w else s
                for s, w in zip(specs, wanted)], service

@@ -23,9 +23,11 @@ from dlcomm.exchange.switch.sparse_window import SparseAllreduceOp
 from dlcomm.exchange.switch.window import AllreduceOp, Shard, Timing
 from dlcomm.switch.dataplane import Dataplane
 from dlcomm.switch.jobs import Address, JobTable
-from dlcomm.wire.packet import Header, Malformed, decode, max_elements
+from dlcomm.wire.auth import AUTH_MAC, JobKeys
+from dlcomm.wire.channel import Channel, Parts
+from dlcomm.wire.packet import max_elements
 
-__all__ = ["NetConfig", "FakeNet", "aggregate", "AggregateResult"]
+__all__ = ["NetConfig", "FakeNet", "Sniffed", "aggregate", "AggregateResult"]
 
 
 @dataclass(frozen=True)
@@ -47,8 +49,18 @@ class _Event:
     data: bytes = field(compare=False)
 
 
+@dataclass(frozen=True)
+class Sniffed:
+    """A datagram as a host on the wire sees it (what an observer is given)."""
+
+    src: Address
+    dst: Address
+    data: bytes
+
+
 class FakeNet:
-    """Delivers datagrams between named nodes in virtual time."""
+    """Delivers datagrams between named nodes in virtual time. ``observers`` see every
+    datagram sent (a sniffer on the wire); one may send datagrams of its own."""
 
     def __init__(self, cfg: NetConfig) -> None:
         self.cfg = cfg
@@ -60,8 +72,11 @@ class FakeNet:
         self.groups: dict[Address, list[Address]] = {}
         self.delivered = self.lost = self.duplicated = 0
         self.bytes_sent: dict[Address, int] = {}
+        self.observers: list[Callable[[Sniffed], object]] = []
 
     def send(self, src: Address, dst: Address, data: bytes) -> None:
+        for observe in list(self.observers):
+            observe(Sniffed(src, dst, data))
         cfg = self.cfg
         self.bytes_sent[src] = self.bytes_sent.get(src, 0) + len(data)
         start = max(self.now, self._link_free.get(src, 0.0))
@@ -100,54 +115,60 @@ class AggregateResult:
 
 
 def _switches(fnet: FakeNet, workers: list[Address], shards: int, window: int, k: int,
-              multicast: bool, sparse_block: int) -> tuple[list[Address], list[Dataplane],
-                                                        list[Shard]]:
-    """``shards`` switches on the fake net, each with the job registered: their addresses,
-    dataplanes and the workers' view of them."""
+              multicast: bool, sparse_block: int, auth: int
+              ) -> tuple[list[Address], list[Dataplane], list[list[Shard]]]:
+    """``shards`` switches on the fake net, each with the job registered (and live, as if
+    every rank had attached): their addresses, dataplanes, and each worker's view of them
+    (its own keys)."""
     addresses: list[Address] = [("10.0.255.254", 9570 + s) for s in range(shards)]
-    dataplanes, shard_list = [], []
+    dataplanes: list[Dataplane] = []
+    views: list[list[Shard]] = [[] for _ in workers]
     for addr in addresses:
         table = JobTable(total_slots=window + 8, max_k=max_elements())
         job = table.register(workers, window, k, "fakenet",
-                             multicast_port=7000 if multicast else None, block=sparse_block)
+                             multicast_port=7000 if multicast else None, block=sparse_block,
+                             auth=auth)
+        job.live = True
         dp = Dataplane(table)
         dp.add_job(job)
         dataplanes.append(dp)
-        shard_list.append(Shard(addr, job.job_id, job.key, window))
+        for rank, view in enumerate(views):
+            keys = JobKeys.derive(job.secret, job.job_id, job.auth, [rank])
+            view.append(Shard(addr, job.job_id, window, Channel(keys, rank)))
         if job.group is not None:
             fnet.groups[job.group] = list(workers)
-    return addresses, dataplanes, shard_list
+    return addresses, dataplanes, views
 
 
 class _Workers:
     """The workers' side of one :func:`aggregate` run: one op at a time per worker."""
 
     def __init__(self, addresses: list[Address], inputs: list[np.ndarray], fnet: FakeNet,
-                 shards: list[Shard], k: int, timing: Timing, ops_per_worker: int,
+                 shards: list[list[Shard]], k: int, timing: Timing, ops_per_worker: int,
                  sparse_block: int, threshold: float) -> None:
         self.addresses, self.inputs, self.fnet, self.shards = addresses, inputs, fnet, shards
         self.k, self.timing, self.sparse_block, self.threshold = k, timing, sparse_block, threshold
         n = len(inputs)
-        self.seqs = [[[0] * s.slots for s in shards] for _ in range(n)]
+        self.seqs = [[[0] * s.slots for s in shards[0]] for _ in range(n)]
         self.outputs = [np.array(x, dtype=np.float32, copy=True) for x in inputs]
         self.errors: list[str | None] = [None] * n
         self.remaining = [ops_per_worker] * n
         self.ops: list[AllreduceOp | None] = [None] * n
         self.retransmissions = self.probes = 0
 
-    def emit(self, src: Address, sends: list[tuple[Address, Header, bytes | memoryview]]
-             ) -> None:
-        for dst, hdr, body in sends:
-            self.fnet.send(src, dst, hdr.pack() + bytes(body))
+    def emit(self, src: Address, sends: list[tuple[Address, Parts]]) -> None:
+        for dst, parts in sends:
+            self.fnet.send(src, dst, b"".join(bytes(part) for part in parts))
 
     def start(self, i: int) -> None:
         n = len(self.inputs)
         self.outputs[i][:] = self.inputs[i]
         out = self.outputs[i]
-        op = SparseAllreduceOp(out, out, i, n, self.k, self.shards, self.seqs[i], self.timing,
+        shards = self.shards[i]
+        op = SparseAllreduceOp(out, out, i, n, self.k, shards, self.seqs[i], self.timing,
                                block=self.sparse_block, threshold=self.threshold) \
             if self.sparse_block else \
-            AllreduceOp(out, out, i, n, self.k, self.shards, self.seqs[i], self.timing)
+            AllreduceOp(out, out, i, n, self.k, shards, self.seqs[i], self.timing)
         self.ops[i] = op
         self.emit(self.addresses[i], op.start(self.fnet.now))
         if op.done:  # nothing to sum
@@ -183,11 +204,7 @@ class _Workers:
         op = self.ops[i]
         if op is None:
             return
-        try:
-            hdr, payload = decode(data)
-        except Malformed:
-            return
-        self.emit(self.addresses[i], op.on_packet(hdr, payload, src, self.fnet.now))
+        self.emit(self.addresses[i], op.on_datagram(data, src, self.fnet.now))
         if op.done:
             self.finish(i)
 
@@ -197,7 +214,7 @@ def aggregate(inputs: list[np.ndarray], k: int = 256, window: int = 4, shards: i
               multicast: bool = True, max_time_s: float = 3600.0,
               before: Callable[[FakeNet, list[Dataplane]], None] | None = None,
               ops_per_worker: int = 1, sparse_block: int = 0,
-              threshold: float = 0.0) -> AggregateResult:
+              threshold: float = 0.0, auth: int = AUTH_MAC) -> AggregateResult:
     """Sum ``inputs`` (one float32 array per worker) through switches over a FakeNet.
 
     ``ops_per_worker`` consecutive all-reduces of the same inputs are run, as a trainer
@@ -208,7 +225,7 @@ def aggregate(inputs: list[np.ndarray], k: int = 256, window: int = 4, shards: i
     fnet = FakeNet(net)
     addresses: list[Address] = [(f"10.0.0.{i + 1}", 7000) for i in range(len(inputs))]
     switch_addrs, dataplanes, shard_list = _switches(fnet, addresses, shards, window, k,
-                                                     multicast, sparse_block)
+                                                     multicast, sparse_block, auth)
     if before is not None:
         before(fnet, dataplanes)
     run = _Workers(addresses, inputs, fnet, shard_list, k, timing, ops_per_worker, sparse_block,

@@ -29,17 +29,29 @@ import math
 
 import numpy as np
 
-__all__ = ["EXP_ZERO", "EXP_NONFINITE", "chunk_exponents", "exponents_of_peaks",
-           "quantize_rows", "dequantize_rows", "shift_for", "quantize",
-           "dequantize_into", "error_bound", "log2_workers"]
+__all__ = ["EXP_ZERO", "EXP_NONFINITE", "EXP_MIN", "EXP_MAX", "valid_exponent",
+           "chunk_exponents", "exponents_of_peaks", "quantize_rows", "dequantize_rows",
+           "shift_for", "quantize", "dequantize_into", "error_bound", "log2_workers",
+           "value_limit"]
 
 EXP_ZERO = -32768      # the chunk is all zeros (or the exponent round has no chunk)
 EXP_NONFINITE = 32767  # the chunk holds NaN or Inf
+EXP_MIN, EXP_MAX = -148, 128  # frexp exponents of float32 peaks: subnormals .. max float
+
+
+def valid_exponent(e: int) -> bool:
+    """What a worker can announce: a float32 peak's exponent, or the two markers."""
+    return EXP_MIN <= e <= EXP_MAX or e in (EXP_ZERO, EXP_NONFINITE)
 
 
 def log2_workers(n: int) -> int:
     """L = max(1, ceil(log2 n)): the headroom bits that keep n summands inside int32."""
     return max(1, math.ceil(math.log2(n))) if n > 1 else 1
+
+
+def value_limit(n: int) -> int:
+    """The largest |q| one of ``n`` workers may contribute: n of them never overflow int32."""
+    return (1 << (31 - log2_workers(n))) - 1
 
 
 def chunk_exponents(x: np.ndarray, k: int) -> np.ndarray:
@@ -71,7 +83,7 @@ def quantize(x: np.ndarray, e_max: int, n: int) -> np.ndarray:
     """int32 fixed-point values of float32 ``x`` under the agreed exponent ``e_max``."""
     if e_max == EXP_ZERO:
         return np.zeros(len(x), dtype=np.int32)
-    limit = 2 ** (31 - log2_workers(n)) - 1
+    limit = value_limit(n)
     v = np.ldexp(x, np.int32(shift_for(e_max, n)))  # exact; 2^s itself may exceed float32
     np.rint(v, out=v)  # |v| <= 2^(31-L) <= 2^30: fits int32 before the clamp
     q: np.ndarray = v.astype(np.int32)
@@ -99,7 +111,7 @@ def error_bound(e_max: int, n: int) -> float:
 
 def quantize_rows(rows: np.ndarray, e_rows: np.ndarray, n: int) -> np.ndarray:
     """:func:`quantize` of every row of a 2-D float32 array with its own agreed exponent."""
-    limit = 2 ** (31 - log2_workers(n)) - 1
+    limit = value_limit(n)
     shifts = np.where(e_rows == EXP_ZERO, 0, 31 - log2_workers(n) - e_rows).astype(np.int32)
     v = np.ldexp(rows, shifts[:, None])
     np.rint(v, out=v)

@@ -55,8 +55,13 @@ def switch():
 
 
 def spec(service, **opts):
-    extra = "".join(f",{k}={v}" for k, v in opts.items())
-    return f"switch:addr={service.spec_addr},k=1000,window=4{extra}"
+    options = {**service.spec_options(), "k": 1000, "window": 4, **opts}
+    return "switch:" + ",".join(f"{k}={v}" for k, v in options.items())
+
+
+def stats_of(service, index=0):
+    return request_once(service.addresses[index], service.fingerprints[index],
+                        {"op": "stats"})["stats"]
 
 
 def test_exact_and_reproducible_under_loss(switch):
@@ -78,7 +83,7 @@ def test_exact_and_reproducible_under_loss(switch):
 def test_sharded_over_two_switches():
     with running_switches("127.0.0.1", 2) as service:
         outs = run_ranks(spec(service), "sum")
-        stats = [request_once(a, {"op": "stats"})["stats"] for a in service.addresses]
+        stats = [stats_of(service, i) for i in range(2)]
     assert len({o["checksum"] for o in outs}) == 1 and outs[0]["max_abs_error"] < 1e-5
     assert all(s["counters"]["completions"] > 0 for s in stats)  # both shards carried chunks
 
@@ -120,7 +125,7 @@ def test_killed_switch_fails_clients_fast():
 
 def test_no_switch_running():
     with UnusedPort() as unused:
-        outs = run_ranks(f"switch:addr=127.0.0.1:{unused.port}", "sum")
+        outs = run_ranks(f"switch:addr=127.0.0.1:{unused.port},fp={'0' * 64}", "sum")
     assert all("cannot reach the switch" in o["error"] for o in outs), outs
 
 
@@ -141,7 +146,7 @@ while time.monotonic() < {stop}:
     else:
         hdr = Header(DATA, job, rng.randint(0, 3), rng.randint(0, 5), 1000, rng.randint(0, 40),
                      0, 20, rng.getrandbits(64))
-        data = encode(hdr, b"\\xff" * 4000)
+        data = encode(hdr, b"\\xff" * 4000) + os.urandom(16)
     s.sendto(data, ("127.0.0.1", {switch.addresses[0][1]}))
 """])
     try:
@@ -149,7 +154,7 @@ while time.monotonic() < {stop}:
     finally:
         forger.wait(timeout=30)
     assert {o["checksum"] for o in attacked} == {clean[0]["checksum"]}
-    counters = request_once(switch.addresses[0], {"op": "stats"})["stats"]["counters"]
+    counters = stats_of(switch)["counters"]
     dropped = sum(v for k, v in counters.items() if k.startswith("drop_"))
     assert dropped > 100
 
@@ -173,7 +178,8 @@ def test_concurrent_jobs_do_not_interfere(switch):
 
 def test_switch_stats_cli(switch):
     res = subprocess.run([sys.executable, "-m", "dlcomm", "switch", "stats", "--switch",
-                          switch.spec_addr, "--json"], capture_output=True, text=True, timeout=30)
+                          switch.spec_addr, "--fingerprint", switch.fingerprints[0], "--json"],
+                         capture_output=True, text=True, timeout=30)
     stats = json.loads(res.stdout)
     assert stats["slots_total"] == 1024 and "counters" in stats
 

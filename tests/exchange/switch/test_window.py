@@ -1,14 +1,22 @@
 """The worker's retransmission timeout: what it measures and how it adapts."""
 
+import os
+
 import numpy as np
 import pytest
 
 from dlcomm.exchange.switch.window import AllreduceOp, RttEstimator, Shard, Timing
 from dlcomm.switch.dataplane import Dataplane
 from dlcomm.switch.jobs import JobTable
-from dlcomm.wire.packet import COMPLETE, RESEND, RESULT, STATUS, SWITCH_RANK, Header, decode, encode
+from dlcomm.wire.auth import AUTH_MAC, JobKeys
+from dlcomm.wire.channel import Channel
+from dlcomm.wire.packet import COMPLETE, RESEND, RESULT, STATUS, SWITCH_RANK, Header
 
 WORKER, SWITCH = ("10.0.0.1", 7000), ("10.0.255.254", 9570)
+
+
+def joined(parts) -> bytes:
+    return b"".join(bytes(p) for p in parts)
 
 
 def run_alone(delay_s: float, chunks: int = 12) -> AllreduceOp:
@@ -17,19 +25,20 @@ def run_alone(delay_s: float, chunks: int = 12) -> AllreduceOp:
     table = JobTable(8, 1024)
     dp = Dataplane(table)
     job = table.register([WORKER], slots=2, k=4)
+    job.live = True
     dp.add_job(job)
     x = np.arange(4 * chunks, dtype=np.float32)
-    op = AllreduceOp(x, x.copy(), 0, 1, 4, [Shard(SWITCH, job.job_id, job.key, 2)], [[0, 0]],
+    channel = Channel(JobKeys.derive(job.secret, job.job_id, job.auth, [0]), 0)
+    op = AllreduceOp(x, x.copy(), 0, 1, 4, [Shard(SWITCH, job.job_id, 2, channel)], [[0, 0]],
                      Timing())
     now = 0.0
     pending = op.start(now)
     while pending:
         now += delay_s
         answers = []
-        for _, hdr, body in pending:
-            for _, rhdr, rbody in dp.on_datagram(encode(hdr, bytes(body)), WORKER, now):
-                got, payload = decode(encode(rhdr, bytes(rbody)))
-                answers += op.on_packet(got, payload, SWITCH, now)
+        for _, parts in pending:
+            for _, reply in dp.on_datagram(joined(parts), WORKER, now):
+                answers += op.on_datagram(joined(reply), SWITCH, now)
         pending = answers
     assert op.done and op.error is None
     return op
@@ -52,12 +61,28 @@ def test_timeout_is_at_least_twice_the_median_round_trip():
     assert RttEstimator(Timing(max_timeout_s=0.05)).timeout(backoff=9) == 0.05
 
 
-def status(op, pos, missing, complete=False, seq=None):
-    """A STATUS from the switch about ``pos``'s round."""
-    hdr = Header(STATUS, op.shards[0].job, SWITCH_RANK, pos.slot, 0,
-                 pos.seq if seq is None else seq, 0, 0, op.shards[0].key,
-                 COMPLETE if complete else 0)
-    return decode(encode(hdr, missing.to_bytes(1, "little")))
+class Switch:
+    """The switch's end of a two-worker job's channel (no dataplane: the test speaks)."""
+
+    def __init__(self) -> None:
+        secret = os.urandom(32)
+        self.channel = Channel(JobKeys.derive(secret, 1, AUTH_MAC, range(2)), None)
+        self.worker = Channel(JobKeys.derive(secret, 1, AUTH_MAC, [0]), 0)
+
+    def send(self, op, hdr, body=b"", now=0.0):
+        return op.on_datagram(joined(self.channel.seal(hdr, body, to=0)), SWITCH, now)
+
+    def status(self, op, pos, missing, complete=False, seq=None, now=0.0):
+        """A STATUS from the switch about ``pos``'s round."""
+        hdr = Header(STATUS, op.shards[0].job, SWITCH_RANK, pos.slot, 0,
+                     pos.seq if seq is None else seq, 0, 0,
+                     flags=COMPLETE if complete else 0)
+        return self.send(op, hdr, missing.to_bytes(1, "little"), now)
+
+
+def sent_header(send):
+    from dlcomm.wire.packet import decode_header
+    return decode_header(joined(send[1]))
 
 
 def test_waiting_for_a_straggler_backs_off_and_still_measures_the_round():
@@ -65,31 +90,28 @@ def test_waiting_for_a_straggler_backs_off_and_still_measures_the_round():
     the base timeout); a late older STATUS does not forget that the round was complete;
     probed rounds give no round-trip sample, unprobed ones do."""
     x = np.ones(4, np.float32)
-    op = AllreduceOp(x, x.copy(), 0, 2, 4, [Shard(SWITCH, 1, 7, 1)], [[0]], Timing())
-    (_, first, _), = op.start(0.0)
+    switch = Switch()
+    op = AllreduceOp(x, x.copy(), 0, 2, 4, [Shard(SWITCH, 1, 1, switch.worker)], [[0]],
+                     Timing())
+    first = sent_header(op.start(0.0)[0])
     pos = op.positions[0]
     base = op.timer.timeout()
     waits = []
     for t in (0.2, 0.6, 1.4, 3.0):
-        hdr, body = status(op, pos, missing=0b10)   # rank 1 is missing, we are in
-        assert op.on_packet(hdr, body, SWITCH, t) == []
+        assert switch.status(op, pos, missing=0b10, now=t) == []  # rank 1 is missing
         waits.append(round(pos.deadline - t, 9))
     assert waits == [2 * base, 4 * base, 4 * base, 4 * base]
-    hdr, body = status(op, pos, missing=0, complete=True)
-    op.on_packet(hdr, body, SWITCH, 3.1)
-    hdr, body = status(op, pos, missing=0b10)           # reordered: sent before the above
-    op.on_packet(hdr, body, SWITCH, 3.2)
+    switch.status(op, pos, missing=0, complete=True, now=3.1)
+    switch.status(op, pos, missing=0b10, now=3.2)        # reordered: sent before the above
     assert pos.complete_seen
-    (_, probe, _), = op.on_timeout(pos.deadline)     # asks the switch to send it again
+    probe = sent_header(op.on_timeout(pos.deadline)[0])   # asks the switch to send it again
     assert probe.flags & RESEND
-    result = Header(RESULT, 1, SWITCH_RANK, pos.slot, 0, pos.seq, first.tsi, 3, 7)
-    hdr, body = decode(encode(result))
-    op.on_packet(hdr, body, SWITCH, 3.3)
+    switch.send(op, Header(RESULT, 1, SWITCH_RANK, pos.slot, 0, pos.seq, first.tsi, 3),
+                now=3.3)
     assert list(op.timer.samples) == []     # probed: no sample
     sent_at = pos.sent_at                 # the next round, answered without a probe
-    hdr, body = decode(encode(Header(RESULT, 1, SWITCH_RANK, pos.slot, 4, pos.seq,
-                                     pos.header.tsi, 3, 7), np.zeros(4, np.int32).tobytes()))
-    op.on_packet(hdr, body, SWITCH, sent_at + 0.004)
+    switch.send(op, Header(RESULT, 1, SWITCH_RANK, pos.slot, 4, pos.seq, pos.header.tsi, 3),
+                np.zeros(4, np.int32).tobytes(), now=sent_at + 0.004)
     assert list(op.timer.samples) == [pytest.approx(0.004)]
 
 
@@ -99,16 +121,19 @@ def test_a_stray_sparse_round_leaves_the_completed_round_alone():
     from dlcomm.wire.packet import ANNOUNCE, DATA, SPARSE
     from dlcomm.wire.sparse import Blocks
     from dlcomm.wire.sparse import encode as encode_sparse
+    from tests.switch.crew import Crew
     table = JobTable(8, 1024)
     dp = Dataplane(table)
     job = table.register([WORKER], slots=1, k=8, block=4)
+    job.live = True
     dp.add_job(job)
+    crew = Crew(job)
     empty = encode_sparse(np.zeros((0, 3), np.int64), Blocks.empty())
-    announce = Header(DATA, job.job_id, 0, 0, 0, 0, 8, 0, job.key, SPARSE | ANNOUNCE)
-    (_, done, body), = dp.on_datagram(encode(announce, empty), WORKER)
-    stray = Header(DATA, job.job_id, 0, 0, 0, 2, 99, 0, job.key, SPARSE)
-    assert dp.on_datagram(encode(stray, empty), WORKER) == []
+    announce = Header(DATA, job.job_id, 0, 0, 0, 0, 8, 0, flags=SPARSE | ANNOUNCE)
+    (_, done, body), = crew.read(dp.on_datagram(crew.packet(announce, empty), WORKER))
+    stray = Header(DATA, job.job_id, 0, 0, 0, 2, 99, 0, flags=SPARSE)
+    assert dp.on_datagram(crew.packet(stray, empty), WORKER) == []
     assert dp.counters["drop_out_of_order"] == 1
-    again = dp.on_datagram(encode(announce, empty), WORKER)   # a retransmission
+    again = crew.read(dp.on_datagram(crew.packet(announce, empty), WORKER))  # resent
     assert [(h.seq, h.numel, h.tsi, bytes(b)) for _, h, b in again] == \
         [(0, done.numel, done.tsi, bytes(body))]

@@ -116,9 +116,10 @@ def compressed_from_options(ctx: ExchangeContext, options: dict[str, str]) -> Ex
     over = options.pop("over", "ring")
     if over == "compressed":
         raise ConfigError("exchange 'compressed' cannot wrap itself")
-    # the switch's address and injected loss (given by the launcher) belong to the inner one
-    inner_options: dict[str, str] = {key: options.pop(key) for key in ("addr", "drop")
-                                     if key in options}
+    # the switch's address, fingerprints, token, protection and injected loss (given by the
+    # launcher) belong to the inner one
+    inner_options: dict[str, str] = {key: options.pop(key) for key in (
+        "addr", "fp", "token_file", "auth", "drop") if key in options}
     if inner_options:
         over = str(Spec(over, {**inner_options, **parse_spec(over).options}))
     spec = str(Spec(method, options))

@@ -9,9 +9,17 @@ Once per exchange, every collective within the exchange's own process group
    (several workers on one host) each binds its own port and the switch sends results to
    every worker in turn;
 2. the workers all-gather their UDP addresses;
-3. rank 0 registers the job on every shard (its control connection stays open) and
-   broadcasts the job numbers, keys and multicast groups; the other ranks attach; every
-   worker joins the groups.
+3. rank 0 registers the job on every shard over TLS (the switch's pinned certificate; the
+   admin token if the switch needs one) and broadcasts the job numbers, the per-rank
+   tickets and multicast groups;
+4. every rank asks every shard, over its own TLS connection from its own address, for a
+   CHALLENGE nonce, which the switch sends to the rank's registered UDP address; then it
+   attaches to every shard over its own TLS connection, from its registered
+   address, with its ticket and the nonce its socket received; the switch answers with the
+   job's secret, from which the rank derives its packet keys (wire/auth.py): the secret
+   never travels in clear, and a host that only saw the tickets cannot attach;
+5. every worker joins the job's multicast groups and waits until every shard says the job
+   is live (every rank attached).
 
 A rank whose control connection drops later makes the others fail at once, naming it
 (:meth:`Session.failure`).
@@ -23,7 +31,9 @@ import contextlib
 import os
 import random
 import socket
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
@@ -35,10 +45,22 @@ from dlcomm.exchange.switch.window import Shard
 from dlcomm.runtime.placement import HOST_ADDR_ENV
 from dlcomm.sockets import set_buffers
 from dlcomm.switch.client import Address, ControlClient
+from dlcomm.wire.auth import AUTH_MODES, JobKeys
+from dlcomm.wire.channel import Channel
+from dlcomm.wire.packet import (
+    CHALLENGE,
+    HEADER_SIZE,
+    NONCE_SIZE,
+    SWITCH_RANK,
+    Malformed,
+    decode_header,
+)
 
 __all__ = ["Session", "bootstrap", "local_address"]
 
 IP_MULTICAST_ALL = 49  # Linux: 0 = deliver only the groups this socket joined
+CHALLENGE_WAIT_S = 1.0  # then ask the switch to send it again
+CHALLENGE_TRIES = 10
 
 
 @dataclass
@@ -107,32 +129,101 @@ def _bind(session: Session, ctx: ExchangeContext, multicast: bool) -> None:
     session.sock.bind((session.host, 0))
 
 
+def _token(spec: SwitchSpec) -> str | None:
+    if not spec.token_file:
+        return None
+    try:
+        return Path(spec.token_file).read_text().strip()
+    except OSError as exc:
+        raise ExchangeError(f"cannot read the switch's admin token {spec.token_file}: "
+                            f"{exc.strerror or exc}") from exc
+
+
 def _register(session: Session, ctx: ExchangeContext, spec: SwitchSpec,
               everyone: list[Any]) -> list[Any] | str:
     """Rank 0: register the job on every shard; the grants, or the error as text."""
     try:
         granted = []
-        for addr in spec.addresses:
-            control = ControlClient(addr)
+        token = _token(spec)
+        for addr, fp in zip(spec.addresses, spec.fingerprints):
+            control = ControlClient(addr, fp)
             session.controls.append(control)
             reply = control.request({"op": "register", "addresses": everyone,
                                      "slots": spec.window, "k": spec.k, "name": ctx.job_name,
                                      "multicast_port": session.multicast_port,
-                                     "block": spec.block if spec.mode != "dense" else 0})
-            granted.append((reply["job"], reply["key"], reply["slots"], reply.get("group")))
+                                     "block": spec.block if spec.mode != "dense" else 0,
+                                     "auth": spec.auth, "token": token})
+            granted.append((reply["job"], reply["tickets"], reply["slots"], reply.get("group")))
         return granted
     except ExchangeError as exc:
         return str(exc)
 
 
+def _ask_challenges(session: Session, ctx: ExchangeContext, spec: SwitchSpec,
+                    grants: list[Any], nonces: dict[Address, bytes]) -> None:
+    """Ask every shard whose CHALLENGE has not arrived to send it (to this rank's address)."""
+    for control, addr, (job, tickets, *_) in zip(session.controls, spec.addresses, grants):
+        if addr not in nonces:
+            with contextlib.suppress(ExchangeError):
+                control.request({"op": "challenge", "job": job, "rank": ctx.rank,
+                                 "ticket": tickets[ctx.rank]})
+
+
+def _challenges(session: Session, ctx: ExchangeContext, spec: SwitchSpec,
+                grants: list[Any]) -> list[bytes]:
+    """The nonce every shard sent this rank's address when asked (asking again when one is
+    lost)."""
+    wanted = {addr: job for addr, (job, *_) in zip(spec.addresses, grants)}
+    nonces: dict[Address, bytes] = {}
+    sock = session.sock
+    buf = bytearray(1 << 16)
+    for _ in range(CHALLENGE_TRIES):
+        _ask_challenges(session, ctx, spec, grants, nonces)
+        deadline = time.monotonic() + CHALLENGE_WAIT_S
+        while len(nonces) < len(wanted) and time.monotonic() < deadline:
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                n, src = sock.recvfrom_into(buf)
+            except TimeoutError:
+                continue
+            try:
+                hdr = decode_header(buf[:n])
+            except Malformed:
+                continue
+            if hdr.type == CHALLENGE and wanted.get(src) == hdr.job and \
+                    hdr.worker == SWITCH_RANK and hdr.seq == ctx.rank and \
+                    n == HEADER_SIZE + NONCE_SIZE:
+                nonces[src] = bytes(buf[HEADER_SIZE:n])
+        if len(nonces) == len(wanted):
+            break
+    sock.settimeout(None)
+    missing = [f"{h}:{p}" for h, p in wanted if (h, p) not in nonces]
+    if missing:
+        raise ExchangeError(f"rank {ctx.rank}: no CHALLENGE from the switch at "
+                            f"{', '.join(missing)} reached {session.host}:"
+                            f"{session.sock.getsockname()[1]} (a firewall, or the wrong "
+                            "address?)")
+    return [nonces[addr] for addr in spec.addresses]
+
+
 def _join(session: Session, grants: list[Any], ctx: ExchangeContext,
           spec: SwitchSpec) -> None:
-    """The other ranks attach; every rank joins the job's multicast groups."""
+    """Attach to every shard (rank 0 on its registration connections); derive the keys;
+    join the multicast groups; wait until the job is live."""
     if ctx.rank != 0:
-        for addr, (job, key, _, _) in zip(spec.addresses, grants):
-            control = ControlClient(addr)
-            session.controls.append(control)
-            control.request({"op": "attach", "job": job, "key": key, "rank": ctx.rank})
+        for addr, fp in zip(spec.addresses, spec.fingerprints):
+            session.controls.append(ControlClient(addr, fp))
+    nonces = _challenges(session, ctx, spec, grants)
+    channels = []
+    for control, (job, tickets, _, _), nonce in zip(session.controls, grants, nonces):
+        reply = control.request({"op": "attach", "job": job, "rank": ctx.rank,
+                                 "ticket": tickets[ctx.rank], "nonce": nonce.hex()})
+        if reply.get("live"):
+            control.live.set()
+        keys = JobKeys.derive(bytes.fromhex(reply["secret"]), job, AUTH_MODES[spec.auth],
+                              [ctx.rank])
+        channels.append(Channel(keys, ctx.rank))
+        control.start_heartbeats()
     session.groups = sorted({g for *_, g in grants if g})
     for group in session.groups:
         membership = socket.inet_aton(group) + socket.inet_aton(session.host)
@@ -141,8 +232,14 @@ def _join(session: Session, grants: list[Any], ctx: ExchangeContext,
         except OSError as exc:
             raise ExchangeError(f"cannot join multicast group {group} on {session.host}: "
                                 f"{exc.strerror or exc}") from exc
-    session.shards = [Shard(addr, job, int(key, 16), slots)
-                      for addr, (job, key, slots, _) in zip(spec.addresses, grants)]
+    session.shards = [Shard(addr, job, slots, channel) for addr, (job, _, slots, _), channel
+                      in zip(spec.addresses, grants, channels)]
+    deadline = time.monotonic() + spec.timing.deadline_s
+    for control, addr in zip(session.controls, spec.addresses):
+        if not control.live.wait(max(0.0, deadline - time.monotonic())):
+            raise ExchangeError(control.failure or
+                                f"the job did not go live on the switch at {addr[0]}:{addr[1]} "
+                                f"within {spec.timing.deadline_s:g} s (a rank did not attach)")
 
 
 def bootstrap(ctx: ExchangeContext, spec: SwitchSpec) -> Session:

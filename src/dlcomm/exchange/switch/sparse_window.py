@@ -29,13 +29,13 @@ group would not raise the maximum), and adding zeros changes no integer sum.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from dlcomm.errors import ExchangeError
 from dlcomm.exchange.switch.window import AllreduceOp, Send, _Position
-from dlcomm.wire.packet import ANNOUNCE, DATA, RUN, SPARSE, Header
+from dlcomm.wire.packet import ANNOUNCE, DATA, HEADER_SIZE, MAX_DATAGRAM, RUN, SPARSE, Header
 from dlcomm.wire.quant import (
     EXP_NONFINITE,
     EXP_ZERO,
@@ -144,7 +144,15 @@ class SparseAllreduceOp(AllreduceOp):
     def _header(self, pos: _Position, numel: int, tsi: int, flags: int = SPARSE) -> Header:
         shard = self.shards[pos.shard]
         return Header(DATA, shard.job, self.rank, pos.slot, numel, pos.seq, tsi, EXP_ZERO,
-                      shard.key, flags)
+                      flags=flags)
+
+    def _answer_size(self, pos: _Position) -> int:
+        """A sparse result's size is unknown before it arrives: a RESEND pads to the most a
+        datagram can carry."""
+        assert pos.header is not None
+        if pos.header.flags & SPARSE:
+            return MAX_DATAGRAM - HEADER_SIZE - self.shards[pos.shard].channel.tag_size
+        return super()._answer_size(pos)
 
     def start(self, now: float) -> list[Send]:
         self.last_progress = now
@@ -212,15 +220,12 @@ class SparseAllreduceOp(AllreduceOp):
         run = self.runs[pos.index]
         group, _ = run.pop(0)
         self.cursor[pos.index] += 1
-        send = self._arm(pos, group, e_max, now)
         # announce the exponent of the run's next group (the base announces chunk + P)
         following = int(self.exps[run[0][0]]) if run else EXP_ZERO
-        assert pos.header is not None  # _arm made it
-        pos.header = replace(pos.header, exp=following)
-        return (send[0], pos.header, send[2])
+        return self._arm(pos, group, e_max, now, next_exp=following)
 
-    def _on_result(self, pos: _Position, hdr: Header, payload: memoryview, now: float
-                   ) -> list[Send] | None:
+    def _on_result(self, pos: _Position, hdr: Header, payload: memoryview | bytes,
+                   now: float) -> list[Send] | None:
         if not hdr.flags & SPARSE:  # a dense round of a run
             if pos.chunk < 0 or pos.index not in self.runs or pos.header is None or \
                     hdr.numel != pos.header.numel:

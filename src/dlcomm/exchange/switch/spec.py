@@ -1,6 +1,7 @@
 """The switch exchanges' specs, parsed and checked before any socket is opened.
 
-    switch:addr=HOST:PORT[+HOST:PORT...],k=15872,window=8,timeout_ms=200,deadline_s=30,
+    switch:addr=HOST:PORT[+HOST:PORT...],fp=SHA256[+SHA256...],token_file=PATH,
+           auth=authenticated|encrypted|none,k=15872,window=8,timeout_ms=200,deadline_s=30,
            drop=0,seed=0,multicast=auto|off
     sparse-switch:block=256,threshold=0,...   only the blocks that carry data (OmniReduce)
     auto:block=256,threshold=0,...            dense or sparse per tensor, from its density
@@ -9,7 +10,11 @@
 (15,872 for 256), which is also the dense default, so that with threshold 0 all three give
 bit-identical sums. Several addresses shard the job: chunks alternate over the switches.
 Without ``addr``, ``$DLCOMM_SWITCH`` names the switch (dlcomm's launchers fill in ``addr``
-when they start one for the job).
+when they start one for the job). ``fp`` pins each switch's TLS certificate (the fingerprint
+``dlcomm switch serve`` prints; ``$DLCOMM_SWITCH_FP``); ``token_file`` holds the admin token
+a switch beyond loopback requires (``$DLCOMM_SWITCH_TOKEN_FILE``); ``auth`` is the packets'
+protection (docs/security.md): a tag on every packet (the default), encrypted payloads too,
+or none (a trusted network only).
 """
 
 from __future__ import annotations
@@ -21,12 +26,15 @@ from dlcomm.errors import ConfigError
 from dlcomm.exchange.switch.window import Timing
 from dlcomm.registry import reject_unknown, take_option
 from dlcomm.switch.client import Address, parse_addresses
+from dlcomm.wire.auth import AUTH_MODES
 from dlcomm.wire.packet import max_elements
 
-__all__ = ["SwitchSpec", "parse_switch_spec", "SWITCH_ENV", "MAX_K", "DEFAULT_BLOCK",
-           "DEFAULT_K", "DEFAULT_WINDOW", "MODES"]
+__all__ = ["SwitchSpec", "parse_switch_spec", "SWITCH_ENV", "FP_ENV", "TOKEN_ENV", "MAX_K",
+           "DEFAULT_BLOCK", "DEFAULT_K", "DEFAULT_WINDOW", "MODES"]
 
 SWITCH_ENV = "DLCOMM_SWITCH"  # set by dlcomm's launchers when they start the switch
+FP_ENV = "DLCOMM_SWITCH_FP"
+TOKEN_ENV = "DLCOMM_SWITCH_TOKEN_FILE"
 MAX_K = 16000  # 64,032-byte datagrams: near the UDP maximum, few per-packet costs
 DEFAULT_BLOCK = 256
 DEFAULT_K = MAX_K // DEFAULT_BLOCK * DEFAULT_BLOCK  # 15,872: dense chunks = sparse groups
@@ -48,6 +56,9 @@ class SwitchSpec:
     multicast: bool = True                     # results by IP multicast where possible
     block: int = 0                             # sparse block size (0 in dense mode)
     threshold: float = 0.0                     # sparse: blocks at or below are not sent
+    fingerprints: tuple[str, ...] = ()         # per address: its TLS certificate's sha256
+    token_file: str | None = None              # the switch's admin token, if it needs one
+    auth: str = "authenticated"                # authenticated | encrypted | none
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -64,6 +75,14 @@ class SwitchSpec:
             raise ConfigError(f"sparse block size {self.block} must divide k = {self.k}")
         if self.threshold < 0:
             raise ConfigError(f"sparse threshold must be >= 0, got {self.threshold}")
+        if len(self.fingerprints) != len(self.addresses):
+            raise ConfigError(f"the switch exchange needs fp=SHA256 for each of its "
+                              f"{len(self.addresses)} switch(es) (printed by `dlcomm switch "
+                              f"serve`; or ${FP_ENV}), got {len(self.fingerprints)}")
+        if any(len(f) != 64 or set(f) - set("0123456789abcdef") for f in self.fingerprints):
+            raise ConfigError("fp must be a sha256 fingerprint: 64 hex digits")
+        if self.auth not in AUTH_MODES:
+            raise ConfigError(f"auth must be one of {', '.join(AUTH_MODES)}, got {self.auth!r}")
 
     @property
     def name(self) -> str:
@@ -93,6 +112,11 @@ def parse_switch_spec(mode: str, options: dict[str, str]) -> SwitchSpec:
     multicast = opts.pop("multicast", "auto")
     if multicast not in ("auto", "off"):
         raise ConfigError(f"{owner}: multicast must be auto or off, got {multicast!r}")
+    fp_text = opts.pop("fp", None) or os.environ.get(FP_ENV, "")
+    fingerprints = tuple(f.strip().lower() for f in fp_text.replace(",", "+").split("+")
+                         if f.strip())
+    token_file = opts.pop("token_file", None) or os.environ.get(TOKEN_ENV) or None
+    auth = opts.pop("auth", "authenticated")
     reject_unknown(opts, owner)
     return SwitchSpec(mode, tuple(parse_addresses(addr_text)), k, window, timing, drop, seed,
-                      multicast == "auto", block, threshold)
+                      multicast == "auto", block, threshold, fingerprints, token_file, auth)

@@ -23,7 +23,6 @@ import torch
 from dlcomm.errors import ExchangeError
 from dlcomm.exchange.switch.sparse_window import SparseAllreduceOp
 from dlcomm.exchange.switch.window import AllreduceOp, RttEstimator, Send, Shard, Timing
-from dlcomm.wire.packet import Malformed, decode
 from dlcomm.wire.sparse import Presence
 
 __all__ = ["Transport", "TransportStats", "Request", "Finished"]
@@ -59,7 +58,7 @@ class TransportStats:
     bytes_received: int = 0
     retransmissions: int = 0
     drops_injected: int = 0
-    malformed: int = 0
+    malformed: int = 0           # datagrams that did not verify (forged, replayed, broken)
     ops: int = 0
     extra: dict[str, int] = field(default_factory=dict)
 
@@ -102,12 +101,12 @@ class Transport:
 
     # -- the I/O thread ------------------------------------------------------------------
     def _send(self, sends: list[Send]) -> None:
-        for addr, header, body in sends:
+        for addr, parts in sends:
             if self.drop_rate and self.rng.random() < self.drop_rate:
                 self.stats.drops_injected += 1
                 continue
             try:
-                n = self.sock.sendmsg([header.pack(), body], [], 0, addr)
+                n = self.sock.sendmsg(parts, [], 0, addr)
             except OSError as exc:
                 raise ExchangeError(f"cannot send to the switch at {addr[0]}:{addr[1]}: "
                                     f"{exc.strerror or exc}") from exc
@@ -189,14 +188,10 @@ class Transport:
                 continue
             self.stats.packets_received += 1
             self.stats.bytes_received += n
-            try:
-                hdr, payload = decode(view[:n])
-            except Malformed:
-                self.stats.malformed += 1
-                continue
-            self._send(op.on_packet(hdr, payload, src, time.monotonic()))
+            self._send(op.on_datagram(view[:n], src, time.monotonic()))
         extra["op_us"] = extra.get("op_us", 0) + int((time.perf_counter() - t0) * 1e6)
         self.stats.retransmissions += op.retransmissions
+        self.stats.malformed += op.rejected
         self.stats.extra["probes"] = self.stats.extra.get("probes", 0) + op.probes
         if op.error is not None:
             failure = self._control_failure()

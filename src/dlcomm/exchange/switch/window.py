@@ -14,7 +14,8 @@ between shards, so shards share the load). Per position (docs/references.md: Swi
    (self-clocking: a slot is reused only after its result came back).
 
 When a position's result does not arrive before its retransmission timeout, the worker
-sends a header-only PROBE; the switch answers with a STATUS bitmap of who has contributed,
+sends a PROBE (a header, padded to the size of the answer: the switch never answers with
+more bytes than it gets); the switch answers with a STATUS bitmap of who has contributed,
 flagged COMPLETE once the round is complete. If the bitmap lacks this worker (its packet
 was lost), the payload is sent again at once, with the same sequence number so the switch
 recognises a retransmission. If the round was complete, the result is on its way or lost:
@@ -25,6 +26,11 @@ timeout is four times the smallest recent round trip and at least twice the medi
 (:class:`RttEstimator`; rounds that were probed give no sample), doubled on every timeout
 that got no answer. If no result arrives for ``deadline_s``, the op fails naming the ranks
 the switch is still waiting for.
+
+Every datagram goes out sealed and comes in checked by the shard's
+:class:`~dlcomm.wire.channel.Channel` (the job's keys for this rank, the counters, the
+replay windows): :meth:`AllreduceOp.on_datagram` drops whatever does not verify, ERRORs
+included, so no host without the job's keys can end, stall or poison an op.
 """
 
 from __future__ import annotations
@@ -35,23 +41,37 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from dlcomm.errors import ExchangeError, ExchangeTimeout
-from dlcomm.wire.packet import COMPLETE, DATA, ERROR, PROBE, RESEND, RESULT, SPARSE, STATUS, Header
+from dlcomm.wire.channel import Channel, Forged, Parts, Replayed
+from dlcomm.wire.packet import (
+    COMPLETE,
+    DATA,
+    ERROR,
+    PROBE,
+    RESEND,
+    RESULT,
+    SPARSE,
+    STATUS,
+    Header,
+    Malformed,
+    check_length,
+    decode_header,
+)
 from dlcomm.wire.quant import EXP_NONFINITE, EXP_ZERO, chunk_exponents, dequantize_into, quantize
 
 __all__ = ["Shard", "Timing", "RttEstimator", "AllreduceOp", "Send"]
 
 Address = tuple[str, int]
-Send = tuple[Address, Header, bytes | memoryview]
+Send = tuple[Address, Parts]   # a sealed datagram and where it goes
 
 
 @dataclass(frozen=True)
 class Shard:
-    """One switch process serving part of the job."""
+    """One switch process serving part of the job, and this rank's channel to it."""
 
     address: Address
     job: int
-    key: int
     slots: int
+    channel: Channel
 
 
 @dataclass(frozen=True)
@@ -160,6 +180,7 @@ class AllreduceOp:
         self.last_progress = 0.0
         self.retransmissions = 0
         self.probes = 0
+        self.rejected = 0  # datagrams that did not verify (forged, replayed, malformed)
         self._by_slot = {(p.shard, p.slot): p for p in self.positions}
         bad = np.flatnonzero(self.exps == EXP_NONFINITE)
         self.local_nonfinite = int(bad[0]) * self.k if len(bad) else None
@@ -186,12 +207,21 @@ class AllreduceOp:
         assert pos.header is not None
         if probe:
             pos.probed = True
-            flags = pos.header.flags | PROBE | (RESEND if pos.complete_seen else 0)
-            return (shard.address, replace(pos.header, flags=flags), b"")
+            resend = pos.complete_seen
+            flags = pos.header.flags | PROBE | (RESEND if resend else 0)
+            padding = bytes(self._answer_size(pos) if resend else (self.workers + 7) // 8)
+            return (shard.address, shard.channel.seal(replace(pos.header, flags=flags),
+                                                      padding))
         body = pos.payload.data.cast("B") if pos.payload is not None else b""
-        return (shard.address, pos.header, body)
+        return (shard.address, shard.channel.seal(pos.header, body))
 
-    def _arm(self, pos: _Position, chunk: int, e_max: int, now: float) -> Send:
+    def _answer_size(self, pos: _Position) -> int:
+        """The payload bytes of the result a RESEND asks for (a probe pads to them)."""
+        assert pos.header is not None
+        return 4 * pos.header.numel
+
+    def _arm(self, pos: _Position, chunk: int, e_max: int, now: float,
+             next_exp: int | None = None) -> Send:
         """Prepare and send the round for ``chunk`` (or the exponent round if chunk < 0)."""
         shard = self.shards[pos.shard]
         pos.seq = self.seqs[pos.shard][pos.slot]
@@ -202,13 +232,15 @@ class AllreduceOp:
             # tsi carries the tensor's length: workers whose tensors differ disagree here,
             # in the first round, and the switch tells every one of them.
             pos.header = Header(DATA, shard.job, self.rank, pos.slot, 0, pos.seq,
-                                len(self.data) & 0xFFFFFFFF, self._next_exp(pos.index), shard.key)
+                                len(self.data) & 0xFFFFFFFF, self._next_exp(pos.index))
         else:
             lo, hi = self._tsi(chunk), min(self._tsi(chunk) + self.k, len(self.data))
             pos.chunk, pos.e_used = chunk, e_max
             pos.payload = quantize(self.data[lo:hi], e_max, self.workers)
+            announce = self._next_exp(chunk + len(self.positions)) if next_exp is None \
+                else next_exp
             pos.header = Header(DATA, shard.job, self.rank, pos.slot, hi - lo, pos.seq, lo,
-                                self._next_exp(chunk + len(self.positions)), shard.key)
+                                announce)
         return self._send(pos, now)
 
     def start(self, now: float) -> list[Send]:
@@ -224,9 +256,31 @@ class AllreduceOp:
         for pos in self.positions:
             pos.deadline += seconds
 
-    def on_packet(self, hdr: Header, payload: memoryview, src: Address, now: float) -> list[Send]:
-        """Handle a packet from a switch; return what to send next."""
-        pos = self._by_slot.get((self._shard_of(src, hdr), hdr.slot))
+    def on_datagram(self, data: bytes | bytearray | memoryview, src: Address, now: float
+                    ) -> list[Send]:
+        """Handle a datagram from a switch (checked by the shard's channel); return what to
+        send next. What does not verify is dropped and counted in ``rejected``."""
+        try:
+            hdr = decode_header(data)
+        except Malformed:
+            self.rejected += 1
+            return []
+        shard = self._shard_of(src, hdr)
+        if shard < 0:
+            self.rejected += 1
+            return []
+        try:
+            payload = self.shards[shard].channel.open(hdr, memoryview(data))
+            check_length(hdr, payload)
+        except (Forged, Replayed, Malformed):
+            self.rejected += 1
+            return []
+        return self.on_packet(hdr, payload, src, now, shard)
+
+    def on_packet(self, hdr: Header, payload: memoryview | bytes, src: Address, now: float,
+                  shard: int) -> list[Send]:
+        """Handle an authentic packet from ``shard``; return what to send next."""
+        pos = self._by_slot.get((shard, hdr.slot))
         if pos is None or pos.done or self.error is not None:
             return []
         if hdr.type == ERROR:
@@ -276,8 +330,8 @@ class AllreduceOp:
         self.error = ExchangeError(f"a gradient holds NaN or Inf ({where}); the switch "
                                    "exchange refuses to sum it")
 
-    def _on_result(self, pos: _Position, hdr: Header, payload: memoryview, now: float
-                   ) -> list[Send] | None:
+    def _on_result(self, pos: _Position, hdr: Header, payload: memoryview | bytes,
+                   now: float) -> list[Send] | None:
         """Dense: dequantize the chunk's sum, move the position to its next chunk."""
         if pos.header is None or hdr.flags & SPARSE or hdr.numel != pos.header.numel:
             return None
@@ -295,7 +349,7 @@ class AllreduceOp:
 
     def _shard_of(self, src: Address, hdr: Header) -> int:
         for i, sh in enumerate(self.shards):
-            if sh.address == src and sh.job == hdr.job and (sh.key == hdr.key or hdr.type == ERROR):
+            if sh.address == src and sh.job == hdr.job:
                 return i
         return -1
 

@@ -1,10 +1,27 @@
 """Prague's Group Generator as a small TCP service (a thread of rank 0), and its client.
 
-The protocol is one JSON object per line:
+The protocol is one JSON object per line (UTF-8, ``\\n``-terminated):
 
-- worker -> GG: ``{"op": "hello", "rank": R}`` once, then
+- worker -> GG: ``{"op": "hello", "rank": R, "token": T}`` once, then
   ``{"op": "ready", "rank": R, "steps": K, "final": bool}`` after each local step;
-- GG -> worker: ``{"group": [ranks], "seq": S, "round": r}`` or ``{"stop": true}``.
+- GG -> worker: ``{"group": [ranks], "seq": S, "round": r}`` or ``{"stop": true}``;
+- GG -> a refused connection: ``{"error": "why"}``, then the GG closes that connection.
+
+**Token.** Rank 0 makes a random job token (:func:`new_token`) and broadcasts it with the
+service's address through torch.distributed (the job's own rendezvous); a ``hello`` must
+carry it (compared in constant time). A rank says hello once: a second hello for a rank
+that is connected is refused and the first connection keeps the rank. A ``ready`` is
+always for the rank its connection said hello as (a ``rank`` field must agree); a
+connection that has not said hello may only say hello.
+
+**Refusals.** A message that is not a JSON object, has missing or ill-typed fields (ranks
+are ints in 0..n-1, not bools; steps are ints >= 0; ``final`` is a bool), uses NaN or
+Infinity, nests too deeply, or is longer than :data:`MAX_LINE_BYTES` gets one error line
+and its connection is closed; the service and the other workers go on. So does a
+connection that says no hello within :data:`HELLO_TIMEOUT_S`, one beyond the cap of
+:func:`connection_cap` connections, and a worker that does not read its answers for
+:data:`SEND_TIMEOUT_S` (dropped without an error line). Only a failure of the generator
+itself stops the service (``error`` says why; the workers see their connections drop).
 
 The service feeds requests to a pure :class:`~.prague.GroupGenerator` and sends the
 deliveries it returns; it calls ``tick`` at the generator's deadlines (the ``buffer``
@@ -13,17 +30,139 @@ generator's window). A worker's wait for its answer has the run's deadline.
 
 from __future__ import annotations
 
+import hmac
 import json
+import secrets
 import selectors
 import socket
 import threading
 import time
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 from dlcomm.errors import ExchangeError, ExchangeTimeout
 from dlcomm.train.sync.prague import Delivery, Group, GroupGenerator
 
-__all__ = ["GroupService", "GroupClient", "reachable_address"]
+__all__ = ["GroupService", "GroupClient", "ServiceLimits", "ProtocolError", "Hello", "Ready",
+           "reachable_address", "new_token", "connection_cap", "parse_line", "check_message",
+           "token_matches", "MAX_LINE_BYTES", "HELLO_TIMEOUT_S", "SEND_TIMEOUT_S"]
+
+MAX_LINE_BYTES = 64 * 1024     # the longest message line, either way
+HELLO_TIMEOUT_S = 10.0         # a connection must say hello within this
+SEND_TIMEOUT_S = 5.0           # a worker that does not read its answers this long is dropped
+LINGER_S = 1.0                 # a refused connection is drained this long for its error line
+SEND_BUFFER_BYTES = 64 * 1024  # kernel send buffer per connection (answers are ~50 bytes)
+MAX_STEPS = 2 ** 63 - 1
+
+
+def connection_cap(world_size: int) -> int:
+    """How many connections the service holds at once."""
+    return 4 * world_size + 16
+
+
+@dataclass(frozen=True)
+class ServiceLimits:
+    """The service's bounds (the module constants; tests shorten them)."""
+
+    max_line_bytes: int = MAX_LINE_BYTES
+    hello_timeout_s: float = HELLO_TIMEOUT_S
+    send_timeout_s: float = SEND_TIMEOUT_S
+    linger_s: float = LINGER_S
+    send_buffer_bytes: int = SEND_BUFFER_BYTES
+    max_connections: int | None = None       # None: connection_cap(world size)
+
+
+class ProtocolError(Exception):
+    """A message the service refuses; the text goes back to its sender."""
+
+
+@dataclass(frozen=True)
+class Hello:
+    rank: int
+    token: str
+
+
+@dataclass(frozen=True)
+class Ready:
+    steps: int
+    final: bool
+
+
+def new_token() -> str:
+    """A fresh random job token."""
+    return secrets.token_hex(16)
+
+
+def token_matches(given: str, expected: str) -> bool:
+    """Constant-time comparison of a hello's token with the job's."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected.encode())
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _no_constants(name: str) -> NoReturn:
+    raise ProtocolError(f"JSON constant {name} is not allowed")
+
+
+def parse_line(line: bytes) -> dict[str, Any]:
+    """One message line as a JSON object, or ProtocolError."""
+    try:
+        msg = json.loads(line, parse_constant=_no_constants)
+    except RecursionError:
+        raise ProtocolError("message nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, too many digits
+        raise ProtocolError(f"malformed JSON: {_show(str(exc))}") from None
+    if not isinstance(msg, dict):
+        raise ProtocolError(f"a message must be a JSON object, not {type(msg).__name__}")
+    return msg
+
+
+def _int_field(msg: dict[str, Any], key: str, lo: int, hi: int) -> int:
+    value = msg.get(key)
+    if type(value) is not int:  # bool is an int subclass: refused too
+        raise ProtocolError(f"{key!r} must be an integer, got {_show(value)}")
+    if not lo <= value <= hi:
+        raise ProtocolError(f"{key!r} = {_show(value)} is outside {lo}..{hi}")
+    return value
+
+
+def check_message(msg: dict[str, Any], world_size: int, rank: int | None) -> Hello | Ready:
+    """The request in ``msg`` from a connection that said hello as ``rank`` (None: not yet)."""
+    op = msg.get("op")
+    if op == "hello":
+        if rank is not None:
+            raise ProtocolError(f"this connection already said hello (rank {rank})")
+        token = msg.get("token")
+        if not isinstance(token, str):
+            raise ProtocolError("hello needs the job token (a string)")
+        return Hello(_int_field(msg, "rank", 0, world_size - 1), token)
+    if op == "ready":
+        if rank is None:
+            raise ProtocolError("say hello first")
+        if "rank" in msg and (type(msg["rank"]) is not int or msg["rank"] != rank):
+            raise ProtocolError(f"this connection is rank {rank}, not {_show(msg['rank'])}")
+        final = msg.get("final")
+        if type(final) is not bool:
+            raise ProtocolError(f"'final' must be true or false, got {_show(final)}")
+        return Ready(_int_field(msg, "steps", 0, MAX_STEPS), final)
+    raise ProtocolError(f"unknown op {_show(op)}")
+
+
+def reply_line(delivery: Delivery) -> bytes:
+    """The GG's answer line for ``delivery``."""
+    if delivery.group is None:
+        reply: dict[str, Any] = {"stop": True}
+    else:
+        g = delivery.group
+        reply = {"group": list(g.members), "seq": g.seq, "round": g.round}
+    return json.dumps(reply).encode() + b"\n"
+
+
+def error_line(reason: str) -> bytes:
+    return json.dumps({"error": reason}).encode() + b"\n"
 
 
 def reachable_address(peer_host: str, peer_port: int) -> str:
@@ -35,91 +174,201 @@ def reachable_address(peer_host: str, peer_port: int) -> str:
         return str(probe.getsockname()[0])
 
 
-class GroupService:
-    """Serves ``generator`` to the workers until closed."""
+@dataclass(eq=False)
+class _Conn:
+    sock: socket.socket
+    opened: float
+    buffer: bytes = b""
+    rank: int | None = None              # set by its hello
+    closing_since: float | None = None   # refused: draining until EOF or the linger ends
 
-    def __init__(self, generator: GroupGenerator, host: str) -> None:
+
+class GroupService:
+    """Serves ``generator`` to the workers that know ``token`` until closed."""
+
+    def __init__(self, generator: GroupGenerator, host: str, token: str,
+                 limits: ServiceLimits | None = None) -> None:
+        if not token:
+            raise ValueError("the group service needs a job token")
         self.generator = generator
+        self.token = token
+        self.limits = limits or ServiceLimits()
+        self.max_connections = self.limits.max_connections or connection_cap(generator.n)
         self.listener = socket.create_server((host, 0))
+        self.listener.setblocking(False)
         self.address = (host, int(self.listener.getsockname()[1]))
         self._wake_r, self._wake_w = socket.socketpair()
         self._closing = False
         self.error: str | None = None
+        self._sel = selectors.DefaultSelector()
+        self._conns: dict[socket.socket, _Conn] = {}
+        self._clients: dict[int, _Conn] = {}
         self._thread = threading.Thread(target=self._run, daemon=True, name="dlcomm-prague-gg")
         self._thread.start()
 
     def _run(self) -> None:
-        sel = selectors.DefaultSelector()
-        sel.register(self.listener, selectors.EVENT_READ, "listen")
-        sel.register(self._wake_r, selectors.EVENT_READ, "wake")
-        buffers: dict[socket.socket, bytes] = {}
-        clients: dict[int, socket.socket] = {}
+        self._sel.register(self.listener, selectors.EVENT_READ, None)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         try:
             while not self._closing:
                 deadline = self.generator.next_deadline()
-                timeout = 1.0 if deadline is None else \
-                    min(1.0, max(0.0, deadline - time.monotonic()))
-                for key, _ in sel.select(timeout):
-                    if key.data == "listen":
-                        conn, _ = self.listener.accept()
-                        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                        sel.register(conn, selectors.EVENT_READ, "client")
-                        buffers[conn] = b""
-                    elif key.data == "wake":
+                for key, _ in self._sel.select(self._wait_s(deadline, time.monotonic())):
+                    if key.fileobj is self.listener:
+                        self._accept()
+                    elif key.fileobj is self._wake_r:
                         self._wake_r.recv(64)
-                    else:
-                        conn = cast(socket.socket, key.fileobj)  # registered as sockets
-                        data = conn.recv(65536)
-                        if not data:
-                            sel.unregister(conn)
-                            conn.close()
-                            buffers.pop(conn, None)
-                            continue
-                        buffers[conn] += data
-                        while b"\n" in buffers[conn]:
-                            line, buffers[conn] = buffers[conn].split(b"\n", 1)
-                            self._handle(json.loads(line), conn, clients)
-                if deadline is not None and time.monotonic() >= deadline:
-                    self._send(self.generator.tick(time.monotonic()), clients)
+                    elif key.data.sock in self._conns:  # not dropped earlier in this batch
+                        self._on_readable(key.data)
+                now = time.monotonic()
+                self._expire(now)
+                if deadline is not None and now >= deadline:
+                    self._send(self.generator.tick(now))
         except Exception as exc:  # reported by close(); workers see their connection drop
             self.error = f"prague group generator failed: {type(exc).__name__}: {exc}"
         finally:
-            for conn in buffers:
-                conn.close()
-            sel.close()
+            for conn in self._conns.values():
+                conn.sock.close()
+            self._sel.close()
 
-    def _handle(self, msg: dict[str, Any], conn: socket.socket,
-                clients: dict[int, socket.socket]) -> None:
-        if msg["op"] == "hello":
-            clients[int(msg["rank"])] = conn
+    def _wait_s(self, deadline: float | None, now: float) -> float:
+        """Until the next generator deadline, hello timeout or linger end (at most 1 s)."""
+        times = [now + 1.0] if deadline is None else [min(now + 1.0, deadline)]
+        for c in self._conns.values():
+            if c.closing_since is not None:
+                times.append(c.closing_since + self.limits.linger_s)
+            elif c.rank is None:
+                times.append(c.opened + self.limits.hello_timeout_s)
+        return max(0.0, min(times) - now)
+
+    def _accept(self) -> None:
+        try:
+            sock, _ = self.listener.accept()
+        except OSError:  # gone again, or out of descriptors: try at the next event
             return
-        out = self.generator.ready(int(msg["rank"]), time.monotonic(), int(msg["steps"]),
-                                   bool(msg["final"]))
-        self._send(out, clients)
+        if len(self._conns) >= self.max_connections:
+            sock.setblocking(False)
+            try:
+                sock.send(error_line(f"too many connections (at most {self.max_connections})"))
+            except OSError:
+                pass
+            sock.close()
+            return
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.limits.send_buffer_bytes)
+        sock.settimeout(self.limits.send_timeout_s)   # bounds sendall to a worker
+        conn = _Conn(sock, time.monotonic())
+        self._conns[sock] = conn
+        self._sel.register(sock, selectors.EVENT_READ, conn)
 
-    @staticmethod
-    def _send(deliveries: list[Delivery], clients: dict[int, socket.socket]) -> None:
-        for d in deliveries:
-            if d.group is None:
-                reply: dict[str, Any] = {"stop": True}
+    def _on_readable(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._drop(conn)
+            return
+        if not data:
+            self._drop(conn)
+        elif conn.closing_since is None:   # a refused connection's input is discarded
+            conn.buffer += data
+            self._take_lines(conn)
+
+    def _take_lines(self, conn: _Conn) -> None:
+        *lines, conn.buffer = conn.buffer.split(b"\n")
+        limit = self.limits.max_line_bytes
+        for line in lines:
+            if len(line) > limit:
+                self._refuse(conn, f"a line is at most {limit} bytes")
             else:
-                reply = {"group": list(d.group.members), "seq": d.group.seq,
-                         "round": d.group.round}
-            clients[d.rank].sendall(json.dumps(reply).encode() + b"\n")
+                self._on_line(conn, line)
+            if conn.closing_since is not None or conn.sock not in self._conns:
+                return
+        if len(conn.buffer) > limit:
+            self._refuse(conn, f"a line is at most {limit} bytes")
+
+    def _on_line(self, conn: _Conn, line: bytes) -> None:
+        request = self._check(conn, line)
+        if request is not None:
+            assert conn.rank is not None  # _check lets a ready through only after hello
+            # outside the boundary: the generator's own failure stops the service
+            self._send(self.generator.ready(conn.rank, time.monotonic(), request.steps,
+                                            request.final))
+
+    def _check(self, conn: _Conn, line: bytes) -> Ready | None:
+        """The ready request in ``line``; None: it was a hello, or it was refused."""
+        try:
+            request = check_message(parse_line(line), self.generator.n, conn.rank)
+            if isinstance(request, Hello):
+                self._hello(conn, request)
+                return None
+            return request
+        except ProtocolError as exc:
+            self._refuse(conn, str(exc))
+            return None
+
+    def _hello(self, conn: _Conn, hello: Hello) -> None:
+        if not token_matches(hello.token, self.token):
+            raise ProtocolError("wrong job token")
+        if hello.rank in self._clients:
+            raise ProtocolError(f"rank {hello.rank} is already connected")
+        conn.rank = hello.rank
+        self._clients[hello.rank] = conn
+
+    def _send(self, deliveries: list[Delivery]) -> None:
+        for d in deliveries:
+            conn = self._clients.get(d.rank)
+            if conn is None:
+                continue  # that worker has gone; its peers find out by their deadlines
+            try:
+                conn.sock.sendall(reply_line(d))
+            except OSError:  # TimeoutError included: it has not read for send_timeout_s
+                self._drop(conn)
+
+    def _release(self, conn: _Conn) -> None:
+        if conn.rank is not None and self._clients.get(conn.rank) is conn:
+            del self._clients[conn.rank]
+
+    def _refuse(self, conn: _Conn, reason: str) -> None:
+        """One error line, then close: now for writing, after the linger for reading."""
+        self._release(conn)
+        conn.closing_since = time.monotonic()
+        conn.buffer = b""
+        try:
+            conn.sock.setblocking(False)
+            conn.sock.send(error_line(reason))
+            conn.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            self._drop(conn)
+
+    def _drop(self, conn: _Conn) -> None:
+        self._release(conn)
+        if self._conns.pop(conn.sock, None) is not None:
+            self._sel.unregister(conn.sock)
+        conn.sock.close()
+
+    def _expire(self, now: float) -> None:
+        for conn in list(self._conns.values()):
+            if conn.closing_since is not None:
+                if now - conn.closing_since >= self.limits.linger_s:
+                    self._drop(conn)
+            elif conn.rank is None and now - conn.opened >= self.limits.hello_timeout_s:
+                self._refuse(conn, f"no hello within {self.limits.hello_timeout_s:g} s")
 
     def close(self) -> None:
         self._closing = True
         self._wake_w.send(b"x")
-        self._thread.join(5.0)
+        self._thread.join(self.limits.send_timeout_s + 5.0)
         self.listener.close()
         self._wake_r.close()
         self._wake_w.close()
 
 
 class GroupClient:
-    """A worker's connection to the Group Generator."""
+    """A worker's connection to the Group Generator (``token``: the job's, from rank 0)."""
 
-    def __init__(self, address: tuple[str, int], rank: int, timeout_s: float) -> None:
+    def __init__(self, address: tuple[str, int], rank: int, timeout_s: float,
+                 token: str) -> None:
         self.rank = rank
         self.timeout_s = timeout_s
         try:
@@ -129,18 +378,47 @@ class GroupClient:
                                 f"{address[0]}:{address[1]}: {exc.strerror or exc}") from exc
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._buffer = b""
-        self._send({"op": "hello", "rank": rank})
+        self._send({"op": "hello", "rank": rank, "token": token})
+
+    def _lost(self, detail: str) -> ExchangeError:
+        return ExchangeError(f"prague: rank {self.rank} lost the group generator "
+                             f"(rank 0): {detail}")
 
     def _send(self, msg: dict[str, Any]) -> None:
         try:
             self.sock.sendall(json.dumps(msg).encode() + b"\n")
         except OSError as exc:
-            raise ExchangeError(f"prague: rank {self.rank} lost the group generator "
-                                f"(rank 0): {exc.strerror or exc}") from exc
+            refusal = self._refusal_received()
+            if refusal is not None:
+                raise refusal from exc
+            raise self._lost(exc.strerror or str(exc)) from exc
 
-    def ask(self, steps: int, final: bool) -> Group | None:
-        """This worker's next group, or None: the run has ended."""
-        self._send({"op": "ready", "rank": self.rank, "steps": steps, "final": final})
+    def _refusal_received(self) -> ExchangeError | None:
+        """The service's error line if it already arrived (it refused, then closed)."""
+        try:
+            self.sock.settimeout(0.2)
+            while b"\n" not in self._buffer:
+                data = self.sock.recv(65536)
+                if not data:
+                    break
+                self._buffer += data
+        except OSError:
+            pass
+        finally:
+            self.sock.settimeout(self.timeout_s)
+        if b"\n" not in self._buffer:
+            return None
+        try:
+            reply = json.loads(self._buffer.split(b"\n", 1)[0])
+        except ValueError:
+            return None
+        return self._refused(reply) if isinstance(reply, dict) and "error" in reply else None
+
+    def _refused(self, reply: dict[str, Any]) -> ExchangeError:
+        return ExchangeError(f"prague: the group generator refused rank {self.rank}: "
+                             f"{reply['error']}")
+
+    def _read_line(self) -> bytes:
         while b"\n" not in self._buffer:
             try:
                 data = self.sock.recv(65536)
@@ -148,17 +426,27 @@ class GroupClient:
                 raise ExchangeTimeout(f"prague: rank {self.rank} waited {self.timeout_s:g} s "
                                       "for a group from the group generator") from None
             except OSError as exc:
-                raise ExchangeError(f"prague: rank {self.rank} lost the group generator "
-                                    f"(rank 0): {exc.strerror or exc}") from exc
+                raise self._lost(exc.strerror or str(exc)) from exc
             if not data:
-                raise ExchangeError(f"prague: rank {self.rank} lost the group generator "
-                                    "(rank 0 closed the connection)")
+                raise self._lost("rank 0 closed the connection")
             self._buffer += data
         line, self._buffer = self._buffer.split(b"\n", 1)
-        reply = json.loads(line)
-        if reply.get("stop"):
-            return None
-        return Group(int(reply["seq"]), tuple(reply["group"]), int(reply["round"]))
+        return line
+
+    def ask(self, steps: int, final: bool) -> Group | None:
+        """This worker's next group, or None: the run has ended."""
+        self._send({"op": "ready", "rank": self.rank, "steps": steps, "final": final})
+        line = self._read_line()
+        try:
+            reply = json.loads(line)
+            if "error" in reply:
+                raise self._refused(reply)
+            if reply.get("stop"):
+                return None
+            return Group(int(reply["seq"]), tuple(reply["group"]), int(reply["round"]))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise ExchangeError(f"prague: rank {self.rank} got a malformed answer from the "
+                                f"group generator: {_show(line)}") from exc
 
     def close(self) -> None:
         self.sock.close()

@@ -1,0 +1,468 @@
+"""The switch's control plane: one asyncio event loop serving TLS connections.
+
+What it guards against (docs/security.md): a connection is bounded in every way (a line of
+at most 64 KiB, a TLS handshake and first request within :attr:`Limits.handshake_s`, an
+unattached connection closed after :attr:`Limits.idle_s`, caps on connections in total and
+per source, registrations per source per minute); an accept that fails (no file
+descriptors) is logged and retried by the event loop, never fatal; every request's types
+and ranges are checked and answered with one error line; events to a member that does not
+read them are dropped after :attr:`Limits.send_timeout_s` (the janitor never blocks);
+members belong to a registration, not to a job number, so a stale connection cannot end a
+new job that got the same number.
+
+A job's life: ``register`` (admin token where required; addresses must be unicast IPv4
+literals) -> each rank asks for its ``challenge`` from its registered IP, and the switch
+sends a CHALLENGE nonce to its registered address -> the rank ``attach``es from that IP
+with its ticket and the nonce its address received (once per rank) -> live (packets are
+accepted) -> heartbeats keep it; it ends when every rank left, when a rank's connection
+drops (the others hear ``worker_left``, or ``job_failed`` if the job had failed), or when
+both its packets and its heartbeats have been silent for the job timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import secrets
+import ssl
+import sys
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlcomm.switch.dataplane import Dataplane
+from dlcomm.switch.jobs import Job, JobTable, SwitchFull
+from dlcomm.switch.security import token_matches
+from dlcomm.wire.auth import AUTH_MODES, AUTH_NAMES
+from dlcomm.wire.control import (
+    MAX_LINE,
+    BadRequest,
+    decode_line,
+    encode_line,
+    take_hex,
+    take_int,
+    take_str,
+)
+from dlcomm.wire.packet import CHALLENGE, NONCE_SIZE, SWITCH_RANK, Header
+
+__all__ = ["Limits", "ControlPlane", "SwitchState", "valid_worker_address"]
+
+TICKET_SIZE = 16
+CHALLENGE_INTERVAL_S = 0.5
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one switch grants (``dlcomm switch serve`` options)."""
+
+    max_workers: int = 1024               # per job
+    max_jobs: int = 256
+    max_slots_per_job: int = 256
+    registrations_per_minute: int = 60    # per source address
+    max_connections: int = 1024
+    max_connections_per_source: int = 64
+    handshake_s: float = 10.0             # TLS handshake, then the first request
+    idle_s: float = 60.0                  # an unattached connection without a request
+    send_timeout_s: float = 5.0           # a member that does not read its events
+    heartbeat_s: float = 10.0             # clients send one this often
+    attach_s: float = 120.0               # a registration must go live within this
+
+
+@dataclass
+class SwitchState:
+    """What the UDP loop and the control plane share (under ``lock``)."""
+
+    table: JobTable
+    dataplane: Dataplane
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    counters: Counter[str] = field(default_factory=Counter)
+
+
+def valid_worker_address(pair: Any) -> tuple[str, int]:
+    """A unicast IPv4 literal and a port 1..65535, or BadRequest."""
+    if not isinstance(pair, list | tuple) or len(pair) != 2:
+        raise BadRequest("an address is [ip, port]")
+    host, port = pair
+    if not isinstance(host, str) or len(host) > 15:
+        raise BadRequest("an address's host is an IPv4 literal")
+    try:
+        ip = ipaddress.IPv4Address(host)
+    except ValueError:
+        raise BadRequest(f"{host[:15]!r} is not an IPv4 literal") from None
+    if ip.is_multicast or ip.is_unspecified or ip == ipaddress.IPv4Address("255.255.255.255") \
+            or ip.is_reserved:
+        raise BadRequest(f"{host} is not a unicast address")
+    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+        raise BadRequest("a port is an integer in 1..65535")
+    return str(ip), port
+
+
+@dataclass
+class _Registration:
+    job: Job
+    tickets: list[bytes]
+    nonces: list[bytes]
+    created: float
+    attached: dict[int, _Member] = field(default_factory=dict)
+    challenged: dict[int, float] = field(default_factory=dict)
+    last_control: float = 0.0
+    ended: bool = False
+
+
+class _Member:
+    """A connection attached to a registration as one rank."""
+
+    def __init__(self, writer: asyncio.StreamWriter, reg: _Registration, rank: int) -> None:
+        self.writer, self.reg, self.rank = writer, reg, rank
+        self.left = False
+        self.last_heard = time.monotonic()
+
+
+class _Conn:
+    def __init__(self, writer: asyncio.StreamWriter, source: str) -> None:
+        self.writer, self.source = writer, source
+        self.member: _Member | None = None
+        self.registered: list[_Registration] = []
+
+
+class ControlPlane:
+    def __init__(self, state: SwitchState, send_udp: Callable[[bytes, tuple[str, int]], None],
+                 token: str | None, limits: Limits, job_timeout_s: float,
+                 stats: Callable[[], dict[str, Any]] | None = None) -> None:
+        self.state, self.send_udp, self.token = state, send_udp, token
+        self.stats = stats or self.stats_of_jobs
+        self.limits, self.job_timeout_s = limits, job_timeout_s
+        self.registrations: dict[int, _Registration] = {}   # job number -> registration
+        self.connections: Counter[str] = Counter()          # source -> open connections
+        self.recent: dict[str, deque[float]] = {}           # source -> registration times
+        self.logged: set[str] = set()
+
+    # -- logging and counting ------------------------------------------------------------
+    def count(self, what: str) -> None:
+        self.state.counters[f"control_{what}"] += 1
+
+    def log_once(self, reason: str, detail: str) -> None:
+        if reason not in self.logged:
+            self.logged.add(reason)
+            print(f"dlcomm switch: {detail} (counted as control_{reason}; later ones are "
+                  "only counted)", file=sys.stderr, flush=True)
+
+    # -- connections ---------------------------------------------------------------------
+    async def connection(self, reader: asyncio.StreamReader,
+                         writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        source = str(peer[0])
+        limits = self.limits
+        if sum(self.connections.values()) >= limits.max_connections or \
+                self.connections[source] >= limits.max_connections_per_source:
+            self.count("refused_connections")
+            writer.close()
+            return
+        self.connections[source] += 1
+        conn = _Conn(writer, source)
+        try:
+            await self._serve(reader, conn)
+        except (OSError, ssl.SSLError, asyncio.IncompleteReadError, ConnectionError):
+            self.count("connection_errors")
+        except asyncio.LimitOverrunError:
+            self.count("line_too_long")
+        except Exception as exc:  # noqa: BLE001 (a connection never takes the plane down)
+            self.count("internal_errors")
+            self.log_once("internal_errors", f"control connection failed: {exc!r}")
+        finally:
+            self.connections[source] -= 1
+            if not self.connections[source]:
+                del self.connections[source]
+            self._closed(conn)
+            writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, conn: _Conn) -> None:
+        first = True
+        while True:
+            timeout = self.limits.handshake_s if first else (
+                None if conn.member is not None else self.limits.idle_s)
+            try:
+                line = await asyncio.wait_for(reader.readuntil(b"\n"), timeout)
+            except TimeoutError:
+                self.count("idle_closed")
+                return
+            except asyncio.LimitOverrunError:
+                self.count("line_too_long")
+                await self._reply(conn.writer, {"ok": False, "error": "control line too long"})
+                return
+            except asyncio.IncompleteReadError:
+                return
+            first = False
+            try:
+                req = decode_line(line)
+                reply = self.handle(req, conn)
+                if "id" in req and isinstance(req["id"], int):
+                    reply["id"] = req["id"]
+            except BadRequest as exc:
+                self.count("bad_requests")
+                reply = {"ok": False, "error": str(exc)}
+            except SwitchFull as exc:
+                reply = {"ok": False, "error": f"switch full: {exc}"}
+            if not await self._reply(conn.writer, reply):
+                return
+
+    async def _reply(self, writer: asyncio.StreamWriter, obj: dict[str, Any]) -> bool:
+        try:
+            writer.write(encode_line(obj))
+            await asyncio.wait_for(writer.drain(), self.limits.send_timeout_s)
+            return True
+        except (OSError, TimeoutError, ConnectionError):
+            self.count("slow_readers_dropped")
+            writer.close()
+            return False
+
+    def _event(self, member: _Member, obj: dict[str, Any]) -> None:
+        """Send an event without waiting for it (a task that gives up after the timeout)."""
+        asyncio.get_running_loop().create_task(self._reply(member.writer, obj))
+
+    # -- requests --------------------------------------------------------------------------
+    def handle(self, req: dict[str, Any], conn: _Conn) -> dict[str, Any]:
+        op = req.get("op")
+        if op == "ping":
+            from dlcomm import __version__
+            return {"ok": True, "version": __version__}
+        if op == "stats":
+            self._admin(req)
+            return {"ok": True, "stats": self.stats()}
+        if op == "register":
+            return self._register(req, conn)
+        if op == "attach":
+            return self._attach(req, conn)
+        if op == "challenge":
+            return self._challenge(req, conn)
+        if op == "heartbeat":
+            return self._heartbeat(conn)
+        if op == "leave":
+            return self._leave(conn)
+        raise BadRequest(f"unknown op {str(op)[:32]!r}")
+
+    def _admin(self, req: dict[str, Any]) -> None:
+        if not token_matches(req.get("token"), self.token):
+            self.count("bad_tokens")
+            raise BadRequest("this switch requires its admin token")
+
+    def _rate_limited(self, source: str, now: float) -> bool:
+        times = self.recent.setdefault(source, deque())
+        while times and now - times[0] > 60:
+            times.popleft()
+        if len(times) >= self.limits.registrations_per_minute:
+            return True
+        times.append(now)
+        if len(self.recent) > 4096:  # forget quiet sources
+            for key in [k for k, v in self.recent.items() if not v]:
+                del self.recent[key]
+        return False
+
+    def _register(self, req: dict[str, Any], conn: _Conn) -> dict[str, Any]:
+        self._admin(req)
+        now = time.monotonic()
+        if conn.member is not None:
+            raise BadRequest("this connection already belongs to a job")
+        if self._rate_limited(conn.source, now):
+            self.count("registrations_limited")
+            raise BadRequest("too many registrations from this address; try again later")
+        limits = self.limits
+        raw = req.get("addresses")
+        if not isinstance(raw, list) or not 1 <= len(raw) <= limits.max_workers:
+            raise BadRequest(f"addresses must list 1..{limits.max_workers} workers")
+        addresses = [valid_worker_address(pair) for pair in raw]
+        slots = take_int(req, "slots", 1, limits.max_slots_per_job)
+        k = take_int(req, "k", 1, self.state.table.max_k)
+        block = take_int(req, "block", 0, 1 << 16, default=0)
+        mport = req.get("multicast_port")
+        multicast = None if mport is None else take_int(req, "multicast_port", 1, 65535)
+        name = take_str(req, "name", 64, default="")
+        auth_name = take_str(req, "auth", 16, default="authenticated")
+        if auth_name not in AUTH_MODES:
+            raise BadRequest(f"auth must be one of {', '.join(AUTH_MODES)}")
+        with self.state.lock:
+            if len(self.state.table.jobs) >= limits.max_jobs:
+                raise SwitchFull(f"{limits.max_jobs} jobs already")
+            try:
+                job = self.state.table.register(addresses, slots, k, name, now, multicast,
+                                                block, AUTH_MODES[auth_name])
+            except ValueError as exc:
+                raise BadRequest(str(exc)) from None
+            self.state.dataplane.add_job(job)
+        reg = _Registration(job, [secrets.token_bytes(TICKET_SIZE) for _ in addresses],
+                            [secrets.token_bytes(NONCE_SIZE) for _ in addresses], now,
+                            last_control=now)
+        self.registrations[job.job_id] = reg
+        conn.registered.append(reg)
+        self.count("registrations")
+        return {"ok": True, "job": job.job_id, "tickets": [t.hex() for t in reg.tickets],
+                "slots": job.slot_count, "k": job.k,
+                "group": job.group[0] if job.group else None, "auth": auth_name}
+
+    def _send_challenge(self, reg: _Registration, rank: int, now: float) -> None:
+        reg.challenged[rank] = now
+        job = reg.job
+        header = Header(CHALLENGE, job.job_id, SWITCH_RANK, 0, 0, rank, 0, 0)
+        try:
+            self.send_udp(header.pack() + reg.nonces[rank], job.addresses[rank])
+        except OSError:
+            self.count("challenge_send_errors")
+
+    def _registration(self, req: dict[str, Any]) -> tuple[_Registration, int]:
+        """The live registration and rank a request names, its ticket checked."""
+        job_id = take_int(req, "job", 0, 0xFFFF)
+        reg = self.registrations.get(job_id)
+        if reg is None or reg.ended:
+            raise BadRequest("no such job")
+        rank = take_int(req, "rank", 0, reg.job.workers - 1)
+        ticket = take_hex(req, "ticket", TICKET_SIZE)
+        if not hmac.compare_digest(ticket, reg.tickets[rank]):
+            self.count("bad_tickets")
+            raise BadRequest("no such job")  # the same answer as an unknown job
+        return reg, rank
+
+    def _challenge(self, req: dict[str, Any], conn: _Conn) -> dict[str, Any]:
+        """Send rank R's CHALLENGE to its registered address: asked for over a connection
+        from that address's IP only, at most every CHALLENGE_INTERVAL_S, so the switch sends
+        nothing to a host that did not ask (no reflection) and one datagram per request
+        line, smaller than the line (no amplification)."""
+        reg, rank = self._registration(req)
+        now = time.monotonic()
+        if conn.source != reg.job.addresses[rank][0]:
+            self.count("challenge_wrong_source")
+            raise BadRequest(f"rank {rank}'s challenge is asked for from "
+                             f"{reg.job.addresses[rank][0]} only")
+        if now - reg.challenged.get(rank, -1e9) < CHALLENGE_INTERVAL_S:
+            self.count("challenges_limited")
+            raise BadRequest(f"a challenge was sent less than {CHALLENGE_INTERVAL_S:g} s ago")
+        self._send_challenge(reg, rank, now)
+        return {"ok": True}
+
+    def _attach(self, req: dict[str, Any], conn: _Conn) -> dict[str, Any]:
+        reg, rank = self._registration(req)
+        nonce = take_hex(req, "nonce", NONCE_SIZE)
+        job = reg.job
+        if conn.member is not None:
+            raise BadRequest("this connection is attached already")
+        if not hmac.compare_digest(nonce, reg.nonces[rank]):
+            self.count("bad_nonces")
+            raise BadRequest(f"rank {rank}: not the nonce sent to its address")
+        if conn.source != job.addresses[rank][0]:
+            self.count("attach_wrong_source")
+            raise BadRequest(f"rank {rank} attaches from {job.addresses[rank][0]} only")
+        if rank in reg.attached:
+            self.count("attach_twice")
+            raise BadRequest(f"rank {rank} is attached already")
+        member = _Member(conn.writer, reg, rank)
+        reg.attached[rank] = member
+        conn.member = member
+        reg.last_control = time.monotonic()
+        if len(reg.attached) == job.workers:
+            with self.state.lock:
+                job.live = True
+            for other in reg.attached.values():
+                if other is not member:
+                    self._event(other, {"event": "job_live", "job": job.job_id})
+        return {"ok": True, "secret": job.secret.hex(), "live": job.live,
+                "auth": AUTH_NAMES[job.auth]}
+
+    def _heartbeat(self, conn: _Conn) -> dict[str, Any]:
+        if conn.member is None:
+            raise BadRequest("this connection is not attached to a job")
+        conn.member.last_heard = conn.member.reg.last_control = time.monotonic()
+        return {"ok": True}
+
+    def _leave(self, conn: _Conn) -> dict[str, Any]:
+        member = conn.member
+        if member is None:
+            raise BadRequest("this connection is not attached to a job")
+        member.left = True
+        reg = member.reg
+        if all(m.left for m in reg.attached.values()) and \
+                len(reg.attached) == reg.job.workers:
+            self._end(reg, "left")
+        return {"ok": True}
+
+    # -- endings ---------------------------------------------------------------------------
+    def _end(self, reg: _Registration, why: str) -> None:
+        if reg.ended:
+            return
+        reg.ended = True
+        self.count(f"jobs_{why}")
+        with self.state.lock:
+            self.state.dataplane.remove_job(reg.job.job_id)
+        if self.registrations.get(reg.job.job_id) is reg:
+            del self.registrations[reg.job.job_id]
+
+    def _closed(self, conn: _Conn) -> None:
+        member = conn.member
+        if member is not None and not member.left and not member.reg.ended:
+            reg = member.reg
+            with self.state.lock:
+                failure = reg.job.failure  # a rank that stops after the job failed
+            event = {"event": "job_failed", "job": reg.job.job_id, "reason": failure} \
+                if failure else {"event": "worker_left", "job": reg.job.job_id,
+                                 "rank": member.rank}
+            self._end(reg, "failed")
+            for other in reg.attached.values():
+                if other is not member and not other.left:
+                    self._event(other, event)
+        for reg in conn.registered:  # a registration whose owner went before it was live
+            if not reg.job.live and not reg.ended:
+                self._end(reg, "abandoned")
+
+    async def janitor(self, stop: asyncio.Event) -> None:
+        """Every second: tell workers of failed jobs, free silent and abandoned jobs."""
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), 1.0)
+            except TimeoutError:
+                pass
+            self.sweep(time.monotonic())
+
+    def tell_failures(self) -> None:
+        """Every worker of a job the dataplane failed hears why (the packet loop calls this
+        as soon as a job fails; the janitor every second)."""
+        with self.state.lock:
+            failures, self.state.dataplane.failures = self.state.dataplane.failures, []
+        for job_id, reason in failures:
+            reg = self.registrations.get(job_id)
+            if reg is not None and not reg.ended:
+                for member in reg.attached.values():
+                    self._event(member, {"event": "job_failed", "job": job_id,
+                                         "reason": reason})
+
+    def sweep(self, now: float) -> None:
+        self.tell_failures()
+        silent_member = 3 * self.limits.heartbeat_s + 5
+        for reg in list(self.registrations.values()):
+            job = reg.job
+            if not job.live:
+                if now - reg.created > self.limits.attach_s:
+                    self._end(reg, "not_attached")
+                continue
+            quiet = now - max(job.last_packet, reg.last_control)
+            if quiet > self.job_timeout_s:
+                for member in reg.attached.values():
+                    self._event(member, {"event": "job_timeout", "job": job.job_id})
+                self._end(reg, "timed_out")
+                continue
+            for member in reg.attached.values():
+                if not member.left and now - member.last_heard > silent_member:
+                    member.writer.close()  # its connection's end tells the others
+
+    # -- statistics ------------------------------------------------------------------------
+    def stats_of_jobs(self) -> dict[str, Any]:
+        return {"registrations": {str(j): {"live": r.job.live,
+                                           "attached": sorted(r.attached)}
+                                  for j, r in self.registrations.items()},
+                "connections": sum(self.connections.values())}
+
+
+def line_limit() -> int:
+    """The StreamReader limit: a line longer than this is refused without being stored."""
+    return MAX_LINE
