@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-__all__ = ["set_buffers", "BUFFER_BYTES"]
+__all__ = ["set_buffers", "BUFFER_BYTES", "keepalive"]
 
 SO_RCVBUFFORCE, SO_SNDBUFFORCE = 33, 32  # Linux
 BUFFER_BYTES = 64 << 20
@@ -21,3 +21,11 @@ def set_buffers(sock: socket.socket, size: int = BUFFER_BYTES) -> None:
             sock.setsockopt(socket.SOL_SOCKET, force, size)
         except OSError:
             sock.setsockopt(socket.SOL_SOCKET, plain, size)
+
+
+def keepalive(sock: socket.socket) -> None:
+    """TCP keepalive: a peer that vanished is noticed within about a minute."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
+        if hasattr(socket, name):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)

@@ -41,7 +41,7 @@ def test_switch_hook_matches_torch_allreduce_within_quantization():
     from dlcomm.switch.service import running_switches
 
     with running_switches("127.0.0.1", 1) as service:
-        results = run_ranks(3, f"switch:addr={service.spec_addr},k=512", "1e-5", "1e-6")
+        results = run_ranks(3, service.spec("switch", k=512), "1e-5", "1e-6")
     for res in results:
         assert res.returncode == 0, res.stderr[-2000:]
 

@@ -22,11 +22,11 @@ import time
 from typing import Any
 
 from dlcomm.errors import ConfigError, ExchangeError
+from dlcomm.sockets import keepalive
 from dlcomm.switch.security import check_pinned, client_context
 from dlcomm.wire.control import decode_line, encode_line
 
-__all__ = ["ControlClient", "request_once", "parse_addresses", "Address", "HEARTBEAT_S",
-           "keepalive"]
+__all__ = ["ControlClient", "request_once", "parse_addresses", "Address", "HEARTBEAT_S"]
 
 Address = tuple[str, int]
 HEARTBEAT_S = 10.0
@@ -47,14 +47,6 @@ def parse_addresses(text: str, any_port: bool = False) -> list[Address]:
     if not out:
         raise ConfigError("the switch exchange needs addr=HOST:PORT (or --switch)")
     return out
-
-
-def keepalive(sock: socket.socket) -> None:
-    """TCP keepalive: a peer that vanished is noticed within about a minute."""
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
-        if hasattr(socket, name):
-            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
 def _connect(address: Address, fingerprint: str, timeout: float) -> ssl.SSLSocket:

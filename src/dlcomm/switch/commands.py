@@ -16,7 +16,7 @@ def switch() -> None:
 
 
 def _limit_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    from dlcomm.switch.control import Limits
+    from dlcomm.switch.registrations import Limits
 
     d = Limits()
     options = [

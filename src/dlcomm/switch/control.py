@@ -23,19 +23,25 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import secrets
 import ssl
 import sys
-import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from dlcomm.switch.dataplane import Dataplane
-from dlcomm.switch.jobs import Job, JobTable, SwitchFull
+from dlcomm.sockets import keepalive
+from dlcomm.switch.jobs import SwitchFull
+from dlcomm.switch.registrations import (
+    Conn,
+    Limits,
+    Member,
+    RateLimit,
+    Registration,
+    SwitchState,
+    valid_worker_address,
+)
 from dlcomm.switch.security import token_matches
 from dlcomm.wire.auth import AUTH_MODES, AUTH_NAMES
 from dlcomm.wire.control import (
@@ -49,84 +55,10 @@ from dlcomm.wire.control import (
 )
 from dlcomm.wire.packet import CHALLENGE, NONCE_SIZE, SWITCH_RANK, Header
 
-__all__ = ["Limits", "ControlPlane", "SwitchState", "valid_worker_address"]
+__all__ = ["ControlPlane", "line_limit"]
 
 TICKET_SIZE = 16
 CHALLENGE_INTERVAL_S = 0.5
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one switch grants (``dlcomm switch serve`` options)."""
-
-    max_workers: int = 1024               # per job
-    max_jobs: int = 256
-    max_slots_per_job: int = 256
-    registrations_per_minute: int = 60    # per source address
-    max_connections: int = 1024
-    max_connections_per_source: int = 64
-    handshake_s: float = 10.0             # TLS handshake, then the first request
-    idle_s: float = 60.0                  # an unattached connection without a request
-    send_timeout_s: float = 5.0           # a member that does not read its events
-    heartbeat_s: float = 10.0             # clients send one this often
-    attach_s: float = 120.0               # a registration must go live within this
-
-
-@dataclass
-class SwitchState:
-    """What the UDP loop and the control plane share (under ``lock``)."""
-
-    table: JobTable
-    dataplane: Dataplane
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    counters: Counter[str] = field(default_factory=Counter)
-
-
-def valid_worker_address(pair: Any) -> tuple[str, int]:
-    """A unicast IPv4 literal and a port 1..65535, or BadRequest."""
-    if not isinstance(pair, list | tuple) or len(pair) != 2:
-        raise BadRequest("an address is [ip, port]")
-    host, port = pair
-    if not isinstance(host, str) or len(host) > 15:
-        raise BadRequest("an address's host is an IPv4 literal")
-    try:
-        ip = ipaddress.IPv4Address(host)
-    except ValueError:
-        raise BadRequest(f"{host[:15]!r} is not an IPv4 literal") from None
-    if ip.is_multicast or ip.is_unspecified or ip == ipaddress.IPv4Address("255.255.255.255") \
-            or ip.is_reserved:
-        raise BadRequest(f"{host} is not a unicast address")
-    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
-        raise BadRequest("a port is an integer in 1..65535")
-    return str(ip), port
-
-
-@dataclass
-class _Registration:
-    job: Job
-    tickets: list[bytes]
-    nonces: list[bytes]
-    created: float
-    attached: dict[int, _Member] = field(default_factory=dict)
-    challenged: dict[int, float] = field(default_factory=dict)
-    last_control: float = 0.0
-    ended: bool = False
-
-
-class _Member:
-    """A connection attached to a registration as one rank."""
-
-    def __init__(self, writer: asyncio.StreamWriter, reg: _Registration, rank: int) -> None:
-        self.writer, self.reg, self.rank = writer, reg, rank
-        self.left = False
-        self.last_heard = time.monotonic()
-
-
-class _Conn:
-    def __init__(self, writer: asyncio.StreamWriter, source: str) -> None:
-        self.writer, self.source = writer, source
-        self.member: _Member | None = None
-        self.registered: list[_Registration] = []
 
 
 class ControlPlane:
@@ -136,9 +68,9 @@ class ControlPlane:
         self.state, self.send_udp, self.token = state, send_udp, token
         self.stats = stats or self.stats_of_jobs
         self.limits, self.job_timeout_s = limits, job_timeout_s
-        self.registrations: dict[int, _Registration] = {}   # job number -> registration
+        self.registrations: dict[int, Registration] = {}   # job number -> registration
         self.connections: Counter[str] = Counter()          # source -> open connections
-        self.recent: dict[str, deque[float]] = {}           # source -> registration times
+        self.recent = RateLimit(limits.registrations_per_minute)  # registrations
         self.logged: set[str] = set()
 
     # -- logging and counting ------------------------------------------------------------
@@ -163,7 +95,10 @@ class ControlPlane:
             writer.close()
             return
         self.connections[source] += 1
-        conn = _Conn(writer, source)
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            keepalive(sock)  # a peer host that vanished is noticed
+        conn = Conn(writer, source)
         try:
             await self._serve(reader, conn)
         except (OSError, ssl.SSLError, asyncio.IncompleteReadError, ConnectionError):
@@ -180,7 +115,7 @@ class ControlPlane:
             self._closed(conn)
             writer.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, conn: _Conn) -> None:
+    async def _serve(self, reader: asyncio.StreamReader, conn: Conn) -> None:
         first = True
         while True:
             timeout = self.limits.handshake_s if first else (
@@ -220,12 +155,12 @@ class ControlPlane:
             writer.close()
             return False
 
-    def _event(self, member: _Member, obj: dict[str, Any]) -> None:
+    def _event(self, member: Member, obj: dict[str, Any]) -> None:
         """Send an event without waiting for it (a task that gives up after the timeout)."""
         asyncio.get_running_loop().create_task(self._reply(member.writer, obj))
 
     # -- requests --------------------------------------------------------------------------
-    def handle(self, req: dict[str, Any], conn: _Conn) -> dict[str, Any]:
+    def handle(self, req: dict[str, Any], conn: Conn) -> dict[str, Any]:
         op = req.get("op")
         if op == "ping":
             from dlcomm import __version__
@@ -250,24 +185,12 @@ class ControlPlane:
             self.count("bad_tokens")
             raise BadRequest("this switch requires its admin token")
 
-    def _rate_limited(self, source: str, now: float) -> bool:
-        times = self.recent.setdefault(source, deque())
-        while times and now - times[0] > 60:
-            times.popleft()
-        if len(times) >= self.limits.registrations_per_minute:
-            return True
-        times.append(now)
-        if len(self.recent) > 4096:  # forget quiet sources
-            for key in [k for k, v in self.recent.items() if not v]:
-                del self.recent[key]
-        return False
-
-    def _register(self, req: dict[str, Any], conn: _Conn) -> dict[str, Any]:
+    def _register(self, req: dict[str, Any], conn: Conn) -> dict[str, Any]:
         self._admin(req)
         now = time.monotonic()
         if conn.member is not None:
             raise BadRequest("this connection already belongs to a job")
-        if self._rate_limited(conn.source, now):
+        if self.recent.refuses(conn.source, now):
             self.count("registrations_limited")
             raise BadRequest("too many registrations from this address; try again later")
         limits = self.limits
@@ -293,7 +216,7 @@ class ControlPlane:
             except ValueError as exc:
                 raise BadRequest(str(exc)) from None
             self.state.dataplane.add_job(job)
-        reg = _Registration(job, [secrets.token_bytes(TICKET_SIZE) for _ in addresses],
+        reg = Registration(job, [secrets.token_bytes(TICKET_SIZE) for _ in addresses],
                             [secrets.token_bytes(NONCE_SIZE) for _ in addresses], now,
                             last_control=now)
         self.registrations[job.job_id] = reg
@@ -303,7 +226,7 @@ class ControlPlane:
                 "slots": job.slot_count, "k": job.k,
                 "group": job.group[0] if job.group else None, "auth": auth_name}
 
-    def _send_challenge(self, reg: _Registration, rank: int, now: float) -> None:
+    def _send_challenge(self, reg: Registration, rank: int, now: float) -> None:
         reg.challenged[rank] = now
         job = reg.job
         header = Header(CHALLENGE, job.job_id, SWITCH_RANK, 0, 0, rank, 0, 0)
@@ -312,7 +235,7 @@ class ControlPlane:
         except OSError:
             self.count("challenge_send_errors")
 
-    def _registration(self, req: dict[str, Any]) -> tuple[_Registration, int]:
+    def _registration(self, req: dict[str, Any]) -> tuple[Registration, int]:
         """The live registration and rank a request names, its ticket checked."""
         job_id = take_int(req, "job", 0, 0xFFFF)
         reg = self.registrations.get(job_id)
@@ -325,7 +248,7 @@ class ControlPlane:
             raise BadRequest("no such job")  # the same answer as an unknown job
         return reg, rank
 
-    def _challenge(self, req: dict[str, Any], conn: _Conn) -> dict[str, Any]:
+    def _challenge(self, req: dict[str, Any], conn: Conn) -> dict[str, Any]:
         """Send rank R's CHALLENGE to its registered address: asked for over a connection
         from that address's IP only, at most every CHALLENGE_INTERVAL_S, so the switch sends
         nothing to a host that did not ask (no reflection) and one datagram per request
@@ -342,7 +265,7 @@ class ControlPlane:
         self._send_challenge(reg, rank, now)
         return {"ok": True}
 
-    def _attach(self, req: dict[str, Any], conn: _Conn) -> dict[str, Any]:
+    def _attach(self, req: dict[str, Any], conn: Conn) -> dict[str, Any]:
         reg, rank = self._registration(req)
         nonce = take_hex(req, "nonce", NONCE_SIZE)
         job = reg.job
@@ -357,7 +280,7 @@ class ControlPlane:
         if rank in reg.attached:
             self.count("attach_twice")
             raise BadRequest(f"rank {rank} is attached already")
-        member = _Member(conn.writer, reg, rank)
+        member = Member(conn.writer, reg, rank)
         reg.attached[rank] = member
         conn.member = member
         reg.last_control = time.monotonic()
@@ -370,13 +293,13 @@ class ControlPlane:
         return {"ok": True, "secret": job.secret.hex(), "live": job.live,
                 "auth": AUTH_NAMES[job.auth]}
 
-    def _heartbeat(self, conn: _Conn) -> dict[str, Any]:
+    def _heartbeat(self, conn: Conn) -> dict[str, Any]:
         if conn.member is None:
             raise BadRequest("this connection is not attached to a job")
         conn.member.last_heard = conn.member.reg.last_control = time.monotonic()
         return {"ok": True}
 
-    def _leave(self, conn: _Conn) -> dict[str, Any]:
+    def _leave(self, conn: Conn) -> dict[str, Any]:
         member = conn.member
         if member is None:
             raise BadRequest("this connection is not attached to a job")
@@ -388,7 +311,7 @@ class ControlPlane:
         return {"ok": True}
 
     # -- endings ---------------------------------------------------------------------------
-    def _end(self, reg: _Registration, why: str) -> None:
+    def _end(self, reg: Registration, why: str) -> None:
         if reg.ended:
             return
         reg.ended = True
@@ -398,7 +321,7 @@ class ControlPlane:
         if self.registrations.get(reg.job.job_id) is reg:
             del self.registrations[reg.job.job_id]
 
-    def _closed(self, conn: _Conn) -> None:
+    def _closed(self, conn: Conn) -> None:
         member = conn.member
         if member is not None and not member.left and not member.reg.ended:
             reg = member.reg

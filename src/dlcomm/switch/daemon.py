@@ -15,7 +15,7 @@ import sys
 
 from dlcomm.errors import ConfigError, DlcommError
 from dlcomm.switch.client import parse_addresses
-from dlcomm.switch.control import Limits
+from dlcomm.switch.registrations import Limits
 from dlcomm.switch.security import identity, load_token, needs_token
 
 __all__ = ["serve", "LISTENING"]

@@ -36,12 +36,21 @@ datagrams already sealed by the job's channel; the I/O shell sends them.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 
 import numpy as np
 
 from dlcomm.switch.jobs import Address, Job, JobTable
-from dlcomm.switch.planning import Plan, plan_round
+from dlcomm.switch.slots import (
+    JobSlots,
+    SlotCopy,
+    Stream,
+    add_dense,
+    dense_values,
+    next_of,
+    older,
+    popcount,
+)
+from dlcomm.switch.sparse_rounds import add_sparse, finish_sparse
 from dlcomm.wire.channel import Forged, Parts, Replayed
 from dlcomm.wire.packet import (
     ANNOUNCE,
@@ -61,79 +70,12 @@ from dlcomm.wire.packet import (
     check_length,
     decode_header,
 )
-from dlcomm.wire.quant import EXP_MAX, EXP_MIN, EXP_NONFINITE, EXP_ZERO, valid_exponent
-from dlcomm.wire.sparse import LOOKAHEAD, Blocks, data_width, signed32, unpack_masks
-from dlcomm.wire.sparse import decode as decode_sparse
-from dlcomm.wire.sparse import encode as encode_sparse
+from dlcomm.wire.quant import EXP_ZERO, valid_exponent
 
 __all__ = ["Dataplane", "Output", "SlotCopy"]
 
 Output = tuple[Address, Parts]
 ERROR_REPLY_INTERVAL_S = 0.1
-SEQ_MASK = 0xFFFFFFFF
-
-
-@dataclass(slots=True)
-class SlotCopy:
-    seq: int = -1
-    remaining: int = 0
-    expected: int = 0               # bitmap of the workers this round waits for
-    bitmap: int = 0                 # bitmap of the workers that contributed
-    exp: int = EXP_ZERO
-    tsi: int = 0
-    numel: int = 0
-    acc: np.ndarray | None = None
-    sparse: bool = False
-    groups: np.ndarray | None = None  # sparse: this round's groups (sorted): rows of sums
-    sums: np.ndarray | None = None   # sparse: int32 (planned blocks, b), in acc's memory
-    union: np.ndarray | None = None  # sparse: bool (groups, m): the blocks planned
-    rows: np.ndarray | None = None   # sparse: (groups, m) -> row of sums, -1 if not planned
-    run: bool = False                # sparse: the result plans a dense run
-    result: bytes = b""             # sparse: the encoded result payload
-    started: float = 0.0            # when the round's first contribution arrived
-
-
-class _Stream:
-    """Per slot, the look-ahead of streaming aggregation: every worker's announced next
-    non-zero groups (group, exponent, non-zero blocks), and the next round they imply."""
-
-    __slots__ = ("looks", "pending_seq", "pending")
-
-    def __init__(self, workers: int) -> None:
-        self.looks: list[np.ndarray] = [np.zeros((0, 2), np.int64)] * workers
-        self.pending_seq = -1        # the round whose groups are planned
-        self.pending = Plan.nothing(0)
-
-
-class _JobSlots:
-    """The slot copies of one job, allocated when the job registers."""
-
-    __slots__ = ("job", "copies", "streams", "all")
-
-    def __init__(self, job: Job) -> None:
-        self.job = job
-        self.copies = [(SlotCopy(acc=np.zeros(job.k, dtype=np.int32)),
-                        SlotCopy(acc=np.zeros(job.k, dtype=np.int32)))
-                       for _ in range(job.slot_count)]
-        self.streams: list[_Stream | None] = [None] * job.slot_count
-        self.all = (1 << job.workers) - 1
-
-
-def _popcount(bits: int) -> int:
-    return bin(bits).count("1")
-
-
-def _older(seq: int, current: int) -> bool:
-    """``seq`` precedes the copy's ``current`` round (sequence numbers wrap at 2^32)."""
-    return current >= 0 and 0 < (current - seq) & SEQ_MASK < 1 << 31
-
-
-def _next_of(current: int, seq: int) -> int:
-    """The one sequence number that may start the copy's next round: two after the current
-    one (rounds alternate between the two copies), or 0/1 for a copy not used yet."""
-    if current < 0:
-        return seq if seq < 2 else -1
-    return (current + 2) & SEQ_MASK
 
 
 def _refusal(job: Job, hdr: Header, src: Address) -> str:
@@ -153,43 +95,18 @@ def _refusal(job: Job, hdr: Header, src: Address) -> str:
     return ""
 
 
-def _valid_exponents(exps: np.ndarray) -> bool:
-    """Every announced exponent is one a worker can produce (wire/quant.valid_exponent)."""
-    ordinary = (exps >= EXP_MIN) & (exps <= EXP_MAX)
-    return bool((ordinary | (exps == EXP_ZERO) | (exps == EXP_NONFINITE)).all())
-
-
-def _values(payload: memoryview | bytes, limit: int) -> np.ndarray | None:
-    """A dense payload's int32 values, or None if one lies beyond ``limit``."""
-    values = np.frombuffer(payload, dtype=np.int32)
-    if len(values) and (int(values.max()) > limit or int(values.min()) < -limit):
-        return None
-    return values
-
-
-def _add_dense(copy: SlotCopy, hdr: Header, values: np.ndarray) -> None:
-    """Add a dense contribution's int32 values into the slot copy (the first one is copied)."""
-    assert copy.acc is not None
-    if copy.bitmap == 0:
-        copy.acc[: hdr.numel] = values
-    else:
-        copy.acc[: hdr.numel] += values
-    if hdr.exp > copy.exp:
-        copy.exp = hdr.exp
-
-
 class Dataplane:
     """All jobs' slots and the packet logic; counters of everything it did."""
 
     def __init__(self, table: JobTable) -> None:
         self.table = table
-        self._slots: dict[int, _JobSlots] = {}
+        self._slots: dict[int, JobSlots] = {}
         self.counters: Counter[str] = Counter()
         self.failures: list[tuple[int, str]] = []  # (job, why): for the control plane to tell
 
     # -- control -----------------------------------------------------------------------
     def add_job(self, job: Job) -> None:
-        self._slots[job.job_id] = _JobSlots(job)
+        self._slots[job.job_id] = JobSlots(job)
 
     def remove_job(self, job_id: int) -> None:
         self._slots.pop(job_id, None)
@@ -236,19 +153,19 @@ class Dataplane:
             return self._error(job, hdr, src, len(data), now)
         return self._round(slots, hdr, payload, src, len(data), now)
 
-    def _round(self, slots: _JobSlots, hdr: Header, payload: memoryview | bytes,
+    def _round(self, slots: JobSlots, hdr: Header, payload: memoryview | bytes,
                src: Address, size: int, now: float) -> list[Output]:
         """An authentic DATA packet of a live job: its part in a slot round."""
         job = slots.job
         sparse = bool(hdr.flags & SPARSE)
         pair = slots.copies[hdr.slot]
         copy = pair[hdr.seq & 1]
-        if _older(hdr.seq, copy.seq):
+        if older(hdr.seq, copy.seq):
             return self._drop("stale", job)
         if hdr.flags & PROBE:
             return self._probe(slots, hdr, copy, src, size)
         if hdr.seq != copy.seq:
-            if hdr.seq != _next_of(copy.seq, hdr.seq) or copy.remaining:
+            if hdr.seq != next_of(copy.seq, hdr.seq) or copy.remaining:
                 return self._drop("out_of_order", job)
             if not self._start_round(slots, hdr, copy, sparse, now):
                 return self._drop("out_of_order", job)
@@ -271,14 +188,14 @@ class Dataplane:
         if hdr.tsi != copy.tsi or (not sparse and hdr.numel != copy.numel):
             return self._mismatch(job, hdr, copy, src, size, now)
         if sparse:
-            reason = self._add_sparse(slots, hdr, payload, copy)
+            reason = add_sparse(slots, hdr, payload, copy)
             if reason:
                 return self._drop(reason, job)
         else:
-            values = _values(payload, job.limit)
+            values = dense_values(payload, job.limit)
             if values is None:
                 return self._drop("bad_value", job)
-            _add_dense(copy, hdr, values)
+            add_dense(copy, hdr, values)
         copy.bitmap |= bit
         pair[1 - (hdr.seq & 1)].bitmap &= ~bit
         copy.remaining -= 1
@@ -291,11 +208,11 @@ class Dataplane:
             return self._drop("answer_too_large", job)  # a probe pads itself to ask
         return [(src, job.channel.seal(header, body, to=rank))]
 
-    def _complete(self, slots: _JobSlots, hdr: Header, copy: SlotCopy) -> list[Output]:
+    def _complete(self, slots: JobSlots, hdr: Header, copy: SlotCopy) -> list[Output]:
         """Every contribution of the round is in: its result to every worker."""
         job = slots.job
         if copy.sparse:
-            self._finish_sparse(slots, hdr.slot, copy)
+            finish_sparse(slots, hdr.slot, copy)
         self.counters["completions"] += 1
         job.counters["completions"] = job.counters.get("completions", 0) + 1
         parts = job.channel.seal(*self._result(job, hdr.slot, copy))
@@ -303,7 +220,7 @@ class Dataplane:
             return [(job.group, parts)]
         return [(addr, parts) for addr in job.addresses]
 
-    def _start_round(self, slots: _JobSlots, hdr: Header, copy: SlotCopy, sparse: bool,
+    def _start_round(self, slots: JobSlots, hdr: Header, copy: SlotCopy, sparse: bool,
                      now: float) -> bool:
         """Begin round ``hdr.seq`` on ``copy``; False if its participants are unknown."""
         job = slots.job
@@ -318,7 +235,7 @@ class Dataplane:
             copy.expected = slots.all
         elif hdr.flags & ANNOUNCE:  # a sparse announce round: everyone says where its data is
             copy.expected, copy.groups, copy.sums, copy.union = slots.all, None, None, None
-            slots.streams[hdr.slot] = _Stream(job.workers)
+            slots.streams[hdr.slot] = Stream(job.workers)
         else:
             assert stream is not None
             # Every worker contributes, those without data in the groups with none: a slot
@@ -334,83 +251,15 @@ class Dataplane:
             assert copy.acc is not None
             copy.sums = copy.acc[: len(blocks) * job.block].reshape(len(blocks), job.block)
             copy.sums[:] = 0
-        copy.remaining = _popcount(copy.expected)
+        copy.remaining = popcount(copy.expected)
         return True
 
-    def _add_sparse(self, slots: _JobSlots, hdr: Header, payload: memoryview | bytes,
-                    copy: SlotCopy) -> str:
-        """Add a sparse contribution and record the sender's look-ahead; or, touching
-        nothing, name why it is dropped: "length" (malformed payload), "bad_exponent" (a
-        look-ahead exponent no worker announces: its maximum goes into a result header's
-        16-bit field), "bad_value" (beyond the job's int32 limit) or "unplanned" (values in
-        an announce round, groups or blocks outside this round's plan)."""
-        job = slots.job
-        m = job.k // job.block
-        try:
-            head, part = decode_sparse(payload, hdr.numel, job.block, data_width(m))
-            unpack_masks(head[:, 2:], m)  # the look-ahead's masks: no bit beyond m
-        except ValueError:
-            return "length"
-        exps = signed32(head[:, 1])
-        if not _valid_exponents(exps):
-            return "bad_exponent"
-        values = part.values
-        if values.size and (int(values.max()) > job.limit or int(values.min()) < -job.limit):
-            return "bad_value"
-        if copy.groups is None:
-            if len(part.groups):
-                return "unplanned"  # values in an announce round
-        elif len(part.groups):  # one accumulation for all the sender's blocks of this round
-            rows = np.searchsorted(copy.groups, part.groups)
-            if part.mask.shape[1] != m or rows[-1] >= len(copy.groups) or \
-                    (copy.groups[rows] != part.groups).any():
-                return "unplanned"  # groups not planned for this round (distinct: decoded)
-            assert copy.sums is not None and copy.rows is not None
-            segment, block = np.nonzero(part.mask)
-            at = copy.rows[rows[segment], block]
-            if (at < 0).any():
-                return "unplanned"  # blocks nobody announced
-            copy.sums[at] += values
-        stream = slots.streams[hdr.slot]
-        assert stream is not None
-        head[:, 1] = exps
-        stream.looks[hdr.worker] = head
-        return ""
-
-    @staticmethod
-    def _finish_sparse(slots: _JobSlots, slot: int, copy: SlotCopy) -> None:
-        """The round is complete: plan the slot's next round from the look-ahead, and
-        encode the result (the sums of this round's groups and the next round's plan)."""
-        job = slots.job
-        stream = slots.streams[slot]
-        assert stream is not None
-        m = job.k // job.block
-        plan = plan_round(stream.looks, m, m, LOOKAHEAD)
-        groups, exps = plan.groups, plan.exps
-        copy.run = plan.run
-        if plan.run:  # dense rounds follow; the position announces again afterwards
-            stream.pending_seq = -1
-        elif len(groups):
-            stream.pending_seq = copy.seq + 1
-            stream.pending = plan
-        else:
-            stream.pending_seq = -1
-        part = Blocks.empty()
-        if copy.groups is not None and len(copy.groups):
-            assert copy.union is not None and copy.sums is not None
-            sent = copy.union.any(axis=1)  # the planned blocks' sums, in the union's order
-            part = Blocks(copy.groups[sent], copy.union[sent], copy.sums)
-        copy.numel = part.values.size
-        copy.exp = int(exps.max()) if len(exps) else EXP_ZERO
-        copy.result = encode_sparse(np.stack([groups, exps], axis=1) if len(groups)
-                                    else np.zeros((0, 2), np.int64), part)
-
-    def _probe(self, slots: _JobSlots, hdr: Header, copy: SlotCopy, src: Address,
+    def _probe(self, slots: JobSlots, hdr: Header, copy: SlotCopy, src: Address,
                size: int) -> list[Output]:
         job = slots.job
         self.counters["probes"] += 1
         if hdr.seq != copy.seq:  # nobody's contribution to this round has arrived yet
-            if hdr.seq != _next_of(copy.seq, hdr.seq):
+            if hdr.seq != next_of(copy.seq, hdr.seq):
                 return self._drop("out_of_order", job)
             return self._answer(job, hdr.worker, src, size,
                                 *self._status(job, hdr.slot, hdr.seq, slots.all))

@@ -22,9 +22,10 @@ import time
 from typing import Any
 
 from dlcomm.sockets import set_buffers
-from dlcomm.switch.control import ControlPlane, Limits, SwitchState, line_limit
+from dlcomm.switch.control import ControlPlane, line_limit
 from dlcomm.switch.dataplane import Dataplane
 from dlcomm.switch.jobs import JobTable
+from dlcomm.switch.registrations import Limits, SwitchState
 from dlcomm.switch.security import Identity
 from dlcomm.wire.packet import max_elements
 

@@ -56,6 +56,11 @@ class SwitchService:
             options["token_file"] = str(self.token_file)
         return options
 
+    def spec(self, mode: str, **extra: object) -> str:
+        """An exchange spec for these switches: ``mode:addr=...,fp=...`` plus ``extra``."""
+        options = {**self.spec_options(), **{k: str(v) for k, v in extra.items()}}
+        return mode + ":" + ",".join(f"{k}={v}" for k, v in options.items())
+
 
 def _log_tail(log: Path) -> str:
     try:

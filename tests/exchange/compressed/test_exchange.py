@@ -69,7 +69,7 @@ def test_summable_methods_through_the_switch(tmp_path):
     specs = ["none", "u8bit", "qsgd:levels=15", "terngrad", "randomk:ratio=0.1", "fp16",
              "powersgd:rank=2,start=2", "topk:ratio=0.05"]
     with running_switches("127.0.0.1", 1) as service:
-        report = run_ranks(2, f"switch:addr={service.spec_addr},k=512", specs, 3001, tmp_path)
+        report = run_ranks(2, service.spec("switch", k=512), specs, 3001, tmp_path)
     for spec in ("u8bit", "qsgd:levels=15", "terngrad", "topk:ratio=0.05"):
         assert max(report[spec]["errors"]) <= 1e-6, (spec, report[spec])
     for spec in ("none", "randomk:ratio=0.1", "powersgd:rank=2,start=2"):
@@ -95,7 +95,7 @@ def test_sparse_methods_through_the_sparse_switch(tmp_path):
         pytest.skip("no sparse-switch exchange in this tree")
     specs = ["topk:ratio=0.0005", "threshold:tau=3.5"]
     with running_switches("127.0.0.1", 1) as service:
-        report = run_ranks(2, f"sparse-switch:addr={service.spec_addr}", specs, 200_000,
+        report = run_ranks(2, service.spec("sparse-switch"), specs, 200_000,
                            tmp_path)
     for spec in specs:
         assert max(report[spec]["errors"]) <= 1e-5, (spec, report[spec])

@@ -13,6 +13,8 @@ from dlcomm.train.sync.prague import GroupBuffer, RandomGroups
 from dlcomm.train.sync.report import SyncReport, max_step_spread
 from dlcomm.train.sync.service import GroupClient, GroupService
 
+TOKEN = "5" * 32
+
 
 def test_eval_points_follow_the_mean_step_count():
     fast = [0.1, 0.2, 0.3, 0.4]                 # one worker twice as fast as the other
@@ -43,8 +45,8 @@ def test_run_summary_collects_gaps_rates_and_own_accuracy():
 
 
 def test_group_service_over_sockets():
-    service = GroupService(RandomGroups(3, 2, seed=4), "127.0.0.1")
-    clients = [GroupClient(service.address, r, timeout_s=5) for r in range(3)]
+    service = GroupService(RandomGroups(3, 2, seed=4), "127.0.0.1", TOKEN)
+    clients = [GroupClient(service.address, r, timeout_s=5, token=TOKEN) for r in range(3)]
     try:
         g0 = clients[0].ask(1, final=False)
         assert 0 in g0.members and len(g0.members) == 2
@@ -60,8 +62,9 @@ def test_group_service_over_sockets():
 
 
 def test_group_service_buffer_window_and_client_deadline():
-    service = GroupService(GroupBuffer(3, 3, window_s=0.05), "127.0.0.1")
-    clients = [GroupClient(service.address, r, timeout_s=2) for r in range(3)]
+    service = GroupService(GroupBuffer(3, 3, window_s=0.05), "127.0.0.1", TOKEN)
+    clients = [GroupClient(service.address, r, timeout_s=2, token=TOKEN) for r in (0, 1)]
+    # rank 2 connects only below: a second hello for a connected rank would be refused
     try:
         got = {}
         threads = [threading.Thread(target=lambda r=r: got.__setitem__(r, clients[r].ask(1, False)))
@@ -71,7 +74,7 @@ def test_group_service_buffer_window_and_client_deadline():
         for t in threads:
             t.join(5)
         assert got[0] == got[1] and got[0].members == (0, 1)  # divided after 50 ms
-        lonely = GroupClient(service.address, 2, timeout_s=0.3)
+        lonely = GroupClient(service.address, 2, timeout_s=0.3, token=TOKEN)
         with pytest.raises(ExchangeTimeout, match="waited 0.3 s for a group"):
             lonely.ask(1, final=False)                       # nobody else is ready
         lonely.close()

@@ -1,9 +1,10 @@
 """Prague on torch.distributed processes: local steps, the Group Generator, P-Reduce.
 
 Set-up: rank 0 starts the Group Generator service (:mod:`.service`) and broadcasts its
-address; every worker connects. Each iteration: compute a gradient and apply it locally,
-ask the GG for a group, P-Reduce with it (:mod:`.preduce`). A worker that has taken all
-its steps keeps asking (and running the groups others wait in) until the GG says stop.
+address and a random job token through torch.distributed; every worker connects with the
+token. Each iteration: compute a gradient and apply it locally, ask the GG for a group,
+P-Reduce with it (:mod:`.preduce`). A worker that has taken all its steps keeps asking
+(and running the groups others wait in) until the GG says stop.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dlcomm.train.config import TrainConfig
 from dlcomm.train.sync.prague import PragueSpec, StaticSchedule, make_generator
 from dlcomm.train.sync.preduce import GlooGroups, PartialAllReduce, SwitchGroups
 from dlcomm.train.sync.recorder import Recorder, wait_until_all_finished
-from dlcomm.train.sync.service import GroupClient, GroupService, reachable_address
+from dlcomm.train.sync.service import GroupClient, GroupService, new_token, reachable_address
 
 __all__ = ["run_prague"]
 
@@ -30,13 +31,15 @@ def run_prague(cfg: TrainConfig, env: WorkerEnv, learner: Learner, recorder: Rec
     generator = make_generator(spec.generator, env.world_size, spec.group_size, cfg.seed,
                                window_s=None if spec.window_ms is None else spec.window_ms / 1e3)
     service = None
-    box: list[tuple[str, int] | None] = [None]
+    box: list[tuple[tuple[str, int], str] | None] = [None]
     if rank == 0:
-        service = GroupService(generator, reachable_address(env.master_addr, env.master_port))
-        box = [service.address]
-    dist.broadcast_object_list(box, src=0)
-    assert box[0] is not None  # rank 0's service address, on every rank
-    client = GroupClient(tuple(box[0]), rank, cfg.timeout_s)
+        service = GroupService(generator, reachable_address(env.master_addr, env.master_port),
+                               new_token())
+        box = [(service.address, service.token)]
+    dist.broadcast_object_list(box, src=0)  # the job's own rendezvous carries the token
+    assert box[0] is not None  # rank 0's service address and job token, on every rank
+    address, token = box[0]
+    client = GroupClient((str(address[0]), int(address[1])), rank, cfg.timeout_s, token)
     preduce: PartialAllReduce
     if spec.impl == "switch":
         assert isinstance(generator, StaticSchedule)

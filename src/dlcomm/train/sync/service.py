@@ -7,21 +7,24 @@ The protocol is one JSON object per line (UTF-8, ``\\n``-terminated):
 - GG -> worker: ``{"group": [ranks], "seq": S, "round": r}`` or ``{"stop": true}``;
 - GG -> a refused connection: ``{"error": "why"}``, then the GG closes that connection.
 
-**Token.** Rank 0 makes a random job token (:func:`new_token`) and broadcasts it with the
-service's address through torch.distributed (the job's own rendezvous); a ``hello`` must
-carry it (compared in constant time). A rank says hello once: a second hello for a rank
-that is connected is refused and the first connection keeps the rank. A ``ready`` is
-always for the rank its connection said hello as (a ``rank`` field must agree); a
-connection that has not said hello may only say hello.
+**Token.** Rank 0 makes a random job token (:func:`~.group_protocol.new_token`,
+``secrets.token_hex(16)``) and broadcasts it with the service's address through
+torch.distributed (the job's own rendezvous); a ``hello`` must carry it (compared with
+``hmac.compare_digest``). A rank says hello once: a second hello for a rank that is
+connected is refused, and the first connection keeps the rank. A ``ready`` is always for
+the rank its connection said hello as (a ``rank`` field in it must agree); a connection
+that has not said hello may only say hello.
 
-**Refusals.** A message that is not a JSON object, has missing or ill-typed fields (ranks
-are ints in 0..n-1, not bools; steps are ints >= 0; ``final`` is a bool), uses NaN or
-Infinity, nests too deeply, or is longer than :data:`MAX_LINE_BYTES` gets one error line
-and its connection is closed; the service and the other workers go on. So does a
-connection that says no hello within :data:`HELLO_TIMEOUT_S`, one beyond the cap of
-:func:`connection_cap` connections, and a worker that does not read its answers for
-:data:`SEND_TIMEOUT_S` (dropped without an error line). Only a failure of the generator
-itself stops the service (``error`` says why; the workers see their connections drop).
+**Refusals** (one error line, then that connection is closed; the service and the other
+workers go on): a line that is not a JSON object, has missing or ill-typed fields (ranks
+are ints in 0..n-1, not bools; steps ints >= 0; ``final`` a bool), uses NaN or Infinity,
+or nests too deeply; a line longer than 64 KiB (``MAX_LINE_BYTES``), also while no newline
+has come yet; a connection that says no hello within 10 s (``HELLO_TIMEOUT_S``); a
+connection beyond the cap of ``4 * n + 16`` (:func:`~.group_protocol.connection_cap`).
+A worker that does not read its answers for 5 s (``SEND_TIMEOUT_S``) is dropped without
+one. The limits live in :mod:`.group_protocol` (:class:`~.group_protocol.ServiceLimits`).
+Only a failure of the generator itself stops the service (``error`` says why; the
+workers see their connections drop).
 
 The service feeds requests to a pure :class:`~.prague.GroupGenerator` and sends the
 deliveries it returns; it calls ``tick`` at the generator's deadlines (the ``buffer``
@@ -30,139 +33,32 @@ generator's window). A worker's wait for its answer has the run's deadline.
 
 from __future__ import annotations
 
-import hmac
 import json
-import secrets
 import selectors
 import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 from dlcomm.errors import ExchangeError, ExchangeTimeout
+from dlcomm.train.sync.group_protocol import (
+    Hello,
+    ProtocolError,
+    Ready,
+    ServiceLimits,
+    check_message,
+    connection_cap,
+    error_line,
+    new_token,
+    parse_line,
+    reply_line,
+    show,
+    token_matches,
+)
 from dlcomm.train.sync.prague import Delivery, Group, GroupGenerator
 
-__all__ = ["GroupService", "GroupClient", "ServiceLimits", "ProtocolError", "Hello", "Ready",
-           "reachable_address", "new_token", "connection_cap", "parse_line", "check_message",
-           "token_matches", "MAX_LINE_BYTES", "HELLO_TIMEOUT_S", "SEND_TIMEOUT_S"]
-
-MAX_LINE_BYTES = 64 * 1024     # the longest message line, either way
-HELLO_TIMEOUT_S = 10.0         # a connection must say hello within this
-SEND_TIMEOUT_S = 5.0           # a worker that does not read its answers this long is dropped
-LINGER_S = 1.0                 # a refused connection is drained this long for its error line
-SEND_BUFFER_BYTES = 64 * 1024  # kernel send buffer per connection (answers are ~50 bytes)
-MAX_STEPS = 2 ** 63 - 1
-
-
-def connection_cap(world_size: int) -> int:
-    """How many connections the service holds at once."""
-    return 4 * world_size + 16
-
-
-@dataclass(frozen=True)
-class ServiceLimits:
-    """The service's bounds (the module constants; tests shorten them)."""
-
-    max_line_bytes: int = MAX_LINE_BYTES
-    hello_timeout_s: float = HELLO_TIMEOUT_S
-    send_timeout_s: float = SEND_TIMEOUT_S
-    linger_s: float = LINGER_S
-    send_buffer_bytes: int = SEND_BUFFER_BYTES
-    max_connections: int | None = None       # None: connection_cap(world size)
-
-
-class ProtocolError(Exception):
-    """A message the service refuses; the text goes back to its sender."""
-
-
-@dataclass(frozen=True)
-class Hello:
-    rank: int
-    token: str
-
-
-@dataclass(frozen=True)
-class Ready:
-    steps: int
-    final: bool
-
-
-def new_token() -> str:
-    """A fresh random job token."""
-    return secrets.token_hex(16)
-
-
-def token_matches(given: str, expected: str) -> bool:
-    """Constant-time comparison of a hello's token with the job's."""
-    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected.encode())
-
-
-def _show(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _no_constants(name: str) -> NoReturn:
-    raise ProtocolError(f"JSON constant {name} is not allowed")
-
-
-def parse_line(line: bytes) -> dict[str, Any]:
-    """One message line as a JSON object, or ProtocolError."""
-    try:
-        msg = json.loads(line, parse_constant=_no_constants)
-    except RecursionError:
-        raise ProtocolError("message nested too deeply") from None
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, too many digits
-        raise ProtocolError(f"malformed JSON: {_show(str(exc))}") from None
-    if not isinstance(msg, dict):
-        raise ProtocolError(f"a message must be a JSON object, not {type(msg).__name__}")
-    return msg
-
-
-def _int_field(msg: dict[str, Any], key: str, lo: int, hi: int) -> int:
-    value = msg.get(key)
-    if type(value) is not int:  # bool is an int subclass: refused too
-        raise ProtocolError(f"{key!r} must be an integer, got {_show(value)}")
-    if not lo <= value <= hi:
-        raise ProtocolError(f"{key!r} = {_show(value)} is outside {lo}..{hi}")
-    return value
-
-
-def check_message(msg: dict[str, Any], world_size: int, rank: int | None) -> Hello | Ready:
-    """The request in ``msg`` from a connection that said hello as ``rank`` (None: not yet)."""
-    op = msg.get("op")
-    if op == "hello":
-        if rank is not None:
-            raise ProtocolError(f"this connection already said hello (rank {rank})")
-        token = msg.get("token")
-        if not isinstance(token, str):
-            raise ProtocolError("hello needs the job token (a string)")
-        return Hello(_int_field(msg, "rank", 0, world_size - 1), token)
-    if op == "ready":
-        if rank is None:
-            raise ProtocolError("say hello first")
-        if "rank" in msg and (type(msg["rank"]) is not int or msg["rank"] != rank):
-            raise ProtocolError(f"this connection is rank {rank}, not {_show(msg['rank'])}")
-        final = msg.get("final")
-        if type(final) is not bool:
-            raise ProtocolError(f"'final' must be true or false, got {_show(final)}")
-        return Ready(_int_field(msg, "steps", 0, MAX_STEPS), final)
-    raise ProtocolError(f"unknown op {_show(op)}")
-
-
-def reply_line(delivery: Delivery) -> bytes:
-    """The GG's answer line for ``delivery``."""
-    if delivery.group is None:
-        reply: dict[str, Any] = {"stop": True}
-    else:
-        g = delivery.group
-        reply = {"group": list(g.members), "seq": g.seq, "round": g.round}
-    return json.dumps(reply).encode() + b"\n"
-
-
-def error_line(reason: str) -> bytes:
-    return json.dumps({"error": reason}).encode() + b"\n"
+__all__ = ["GroupService", "GroupClient", "ServiceLimits", "new_token", "reachable_address"]
 
 
 def reachable_address(peer_host: str, peer_port: int) -> str:
@@ -446,7 +342,7 @@ class GroupClient:
             return Group(int(reply["seq"]), tuple(reply["group"]), int(reply["round"]))
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise ExchangeError(f"prague: rank {self.rank} got a malformed answer from the "
-                                f"group generator: {_show(line)}") from exc
+                                f"group generator: {show(line)}") from exc
 
     def close(self) -> None:
         self.sock.close()
