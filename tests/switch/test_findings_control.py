@@ -231,3 +231,22 @@ def test_13_stats_need_the_token_where_one_is_set():
         refused = line.ask({"op": "stats"})
         assert refused["ok"] is False and "secret-project" not in str(refused)
         assert line.ask({"op": "stats", "token": TOKEN})["ok"]
+
+
+def test_13_challenge_and_attach_do_not_tell_which_jobs_exist():
+    """An unknown job, a rank beyond a live job's and a wrong ticket get the same answer,
+    whatever else the request holds: no oracle for job numbers or their sizes."""
+    with live_switch() as live, Line(live.address, live.fp) as line:
+        job = own_job(live.address, live.fp, workers=2)
+        free = next(j for j in range(1, 0xFFFF) if j != job.job)
+        answers = set()
+        for op in ("challenge", "attach"):
+            for number in (job.job, free):
+                for rank in (0, 1, 3, 1000):
+                    for ticket in ("00" * 16, "11" * 16):
+                        reply = line.ask({"op": op, "job": number, "rank": rank,
+                                          "ticket": ticket, "nonce": "22" * 16})
+                        assert reply["ok"] is False
+                        answers.add(reply["error"])
+        assert answers == {"no such job"}
+        job.close()

@@ -45,6 +45,7 @@ class AllreduceBench:
     density: float = 1.0              # fraction of non-zero blocks (or elements)
     pattern: str = "shared"           # shared | independent | elementwise
     block: int = 256                  # block size of the sparsity pattern
+    checksum_reps: bool = False       # every worker hashes every repetition's result
 
     def __post_init__(self) -> None:
         if not self.exchanges:
@@ -130,6 +131,9 @@ def _measure(cfg: AllreduceBench, env: WorkerEnv, spec: str, x: torch.Tensor
                 rep = {"time_s": t1 - t0, "cpu_s": c1 - c0}
                 if w0 and w1:
                     rep.update({k: w1[k] - w0[k] for k in w1})
+                if cfg.checksum_reps:
+                    rep["checksum"] = hashlib.sha256(out.contiguous().numpy().tobytes()
+                                                     ).hexdigest()
                 reps.append(rep)
         stats = exchange.stats().as_dict()
     finally:

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from dlcomm.bench.fuzz_cli import fuzz_cmd
 from dlcomm.options import network_options, switch_options
 from dlcomm.registry import split_specs
 
@@ -15,6 +16,9 @@ __all__ = ["bench", "validate_cmd", "calibrate_cmd"]
 @click.group()
 def bench() -> None:
     """Benchmarks: variants measured side by side in one run, JSON results."""
+
+
+bench.add_command(fuzz_cmd)
 
 
 @bench.command("allreduce")

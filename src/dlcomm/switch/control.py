@@ -236,16 +236,18 @@ class ControlPlane:
             self.count("challenge_send_errors")
 
     def _registration(self, req: dict[str, Any]) -> tuple[Registration, int]:
-        """The live registration and rank a request names, its ticket checked."""
+        """The live registration and rank a request names, its ticket checked. Every field
+        is checked before the job is looked up, and an unknown job, a rank beyond it and a
+        wrong ticket get the same answer: nothing tells which job numbers are in use."""
         job_id = take_int(req, "job", 0, 0xFFFF)
-        reg = self.registrations.get(job_id)
-        if reg is None or reg.ended:
-            raise BadRequest("no such job")
-        rank = take_int(req, "rank", 0, reg.job.workers - 1)
+        rank = take_int(req, "rank", 0, self.limits.max_workers - 1)
         ticket = take_hex(req, "ticket", TICKET_SIZE)
-        if not hmac.compare_digest(ticket, reg.tickets[rank]):
-            self.count("bad_tickets")
-            raise BadRequest("no such job")  # the same answer as an unknown job
+        reg = self.registrations.get(job_id)
+        if reg is None or reg.ended or rank >= reg.job.workers or \
+                not hmac.compare_digest(ticket, reg.tickets[rank]):
+            if reg is not None:
+                self.count("bad_tickets")
+            raise BadRequest("no such job")
         return reg, rank
 
     def _challenge(self, req: dict[str, Any], conn: Conn) -> dict[str, Any]:
@@ -266,8 +268,8 @@ class ControlPlane:
         return {"ok": True}
 
     def _attach(self, req: dict[str, Any], conn: Conn) -> dict[str, Any]:
+        nonce = take_hex(req, "nonce", NONCE_SIZE)   # checked before the job is looked up
         reg, rank = self._registration(req)
-        nonce = take_hex(req, "nonce", NONCE_SIZE)
         job = reg.job
         if conn.member is not None:
             raise BadRequest("this connection is attached already")

@@ -3,12 +3,17 @@
 Exported through the Prometheus client library (its text format over HTTP, on a thread of
 its own), read from :meth:`SwitchServer.stats` at every scrape:
 
-- ``dlcomm_switch_<counter>_total``: packets and bytes in and out, drops by reason
-  (``drop_bad_tag``, ``drop_replay``, ...), retransmissions, completions, control-plane
-  events (refused connections, bad tokens, registrations, jobs ended by why);
-- ``dlcomm_switch_job_<counter>_total{job,name}``: the same per job;
+- ``dlcomm_switch_<counter>_total``: packets and bytes in and out, retransmissions,
+  completions, probes, control-plane events (refused connections, bad requests,
+  registrations, jobs ended by why);
+- ``dlcomm_switch_drops_total{reason}``: datagrams dropped, by reason (``bad_tag``,
+  ``replay``, ``bad_source``, ...), and ``dlcomm_switch_auth_failures_total``: forged or
+  replayed datagrams and wrong admin tokens, tickets or nonces;
+- ``dlcomm_switch_job_<counter>_total{job,name}`` and
+  ``dlcomm_switch_job_drops_total{job,name,reason}``: the same per job;
 - gauges: slots in use and in all, jobs, live jobs, control connections, and per job the
-  seconds its oldest incomplete round has waited (``dlcomm_switch_job_waiting_seconds``).
+  seconds its oldest incomplete round has waited, with the ranks it waits for
+  (``dlcomm_switch_job_waiting_seconds{job,name,ranks}``).
 """
 
 from __future__ import annotations
@@ -20,48 +25,74 @@ from typing import Any
 from dlcomm.errors import ConfigError
 from dlcomm.switch.client import parse_addresses
 
-__all__ = ["export", "collector"]
+__all__ = ["export", "collector", "families", "AUTH_FAILURES"]
+
+
+AUTH_FAILURES = ("drop_bad_tag", "drop_replay", "control_bad_tokens", "control_bad_tickets",
+                 "control_bad_nonces")
+_JOB_FIELDS_NOT_COUNTERS = ("workers", "slots", "k")
 
 
 def _name(counter: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_]", "_", counter)
 
 
+def families(s: dict[str, Any]) -> list[Any]:
+    """The metric families of one stats snapshot ``s`` (:meth:`SwitchServer.stats`)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    out: list[Any] = []
+    counters = s["counters"]
+    drops = CounterMetricFamily("dlcomm_switch_drops", "datagrams dropped, by reason",
+                                labels=["reason"])
+    for key, value in sorted(counters.items()):
+        if key.startswith("drop_"):
+            drops.add_metric([key[5:]], value)
+        else:
+            out.append(CounterMetricFamily(f"dlcomm_switch_{_name(key)}", key, value=value))
+    out.append(drops)
+    out.append(CounterMetricFamily("dlcomm_switch_auth_failures",
+                                   "forged or replayed datagrams, wrong tokens, tickets, nonces",
+                                   value=sum(counters.get(k, 0) for k in AUTH_FAILURES)))
+    jobs = s["jobs"]
+    for name, doc, value in (
+            ("slots_in_use", "slots held by jobs", s["slots_in_use"]),
+            ("slots", "slots in the pool", s["slots_total"]),
+            ("jobs", "registered jobs", len(jobs)),
+            ("live_jobs", "live jobs", sum(1 for j in jobs.values() if j.get("live"))),
+            ("control_connections", "open control connections",
+             s["control"]["connections"])):
+        out.append(GaugeMetricFamily(f"dlcomm_switch_{name}", doc, value=value))
+    per_job: dict[str, Any] = {}
+    job_drops = CounterMetricFamily("dlcomm_switch_job_drops", "a job's dropped datagrams",
+                                    labels=["job", "name", "reason"])
+    waiting = GaugeMetricFamily("dlcomm_switch_job_waiting_seconds",
+                                "age of the job's oldest incomplete round",
+                                labels=["job", "name", "ranks"])
+    for job_id, job in jobs.items():
+        labels = [job_id, str(job.get("name", ""))]
+        for key, value in job.items():
+            if not isinstance(value, int) or isinstance(value, bool) or \
+                    key in _JOB_FIELDS_NOT_COUNTERS:
+                continue
+            if key.startswith("drop_"):
+                job_drops.add_metric([*labels, key[5:]], value)
+                continue
+            per_job.setdefault(key, CounterMetricFamily(
+                f"dlcomm_switch_job_{_name(key)}", key, labels=["job", "name"])
+            ).add_metric(labels, value)
+        if job.get("waiting"):
+            ranks = ",".join(str(r) for r in job["waiting"]["ranks"])
+            waiting.add_metric([*labels, ranks], job["waiting"]["since_s"])
+    return [*out, *per_job.values(), job_drops, waiting]
+
+
 def collector(stats: Any) -> Any:
     """A Prometheus collector over ``stats()`` (a callable returning the switch's stats)."""
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     class _Collector:
         def collect(self) -> Iterator[Any]:
-            s = stats()
-            for key, value in sorted(s["counters"].items()):
-                yield CounterMetricFamily(f"dlcomm_switch_{_name(key)}", key, value=value)
-            yield GaugeMetricFamily("dlcomm_switch_slots_in_use", "slots held by jobs",
-                                    value=s["slots_in_use"])
-            yield GaugeMetricFamily("dlcomm_switch_slots", "slots in the pool",
-                                    value=s["slots_total"])
-            jobs = s["jobs"]
-            yield GaugeMetricFamily("dlcomm_switch_jobs", "registered jobs", value=len(jobs))
-            yield GaugeMetricFamily("dlcomm_switch_live_jobs", "live jobs",
-                                    value=sum(1 for j in jobs.values() if j.get("live")))
-            yield GaugeMetricFamily("dlcomm_switch_control_connections", "open connections",
-                                    value=s["control"]["connections"])
-            per_job: dict[str, Any] = {}
-            waiting = GaugeMetricFamily("dlcomm_switch_job_waiting_seconds",
-                                        "age of the job's oldest incomplete round",
-                                        labels=["job", "name"])
-            for job_id, job in jobs.items():
-                labels = [job_id, str(job.get("name", ""))]
-                for key, value in job.items():
-                    if isinstance(value, int) and not isinstance(value, bool) and \
-                            key not in ("workers", "slots", "k"):
-                        family = per_job.setdefault(key, CounterMetricFamily(
-                            f"dlcomm_switch_job_{_name(key)}", key, labels=["job", "name"]))
-                        family.add_metric(labels, value)
-                if job.get("waiting"):
-                    waiting.add_metric(labels, job["waiting"]["since_s"])
-            yield from per_job.values()
-            yield waiting
+            yield from families(stats())
 
     return _Collector()
 

@@ -119,11 +119,15 @@ def needs_token(host: str) -> bool:
 def load_token(path: str) -> str:
     """The token in ``path``; a new random one (mode 0600) if the file does not exist."""
     p = Path(path)
-    if not p.exists():
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_hex(32) + "\n")
-    token = p.read_text().strip()
+    try:
+        if not p.exists():
+            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32) + "\n")
+        token = p.read_text().strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read or create the admin token {path}: "
+                         f"{exc.strerror or exc}") from exc
     if len(token) < 16:
         raise ValueError(f"the admin token in {path} is too short (16 characters at least)")
     return token

@@ -40,6 +40,13 @@ def table_of(stats: dict[str, Any]) -> Any:
     return table
 
 
+def _read_token(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the admin token {path}: {exc.strerror or exc}") from exc
+
+
 def show_stats(addr: str, fingerprints: str, token_file: str | None, watch: float | None,
                as_json: bool) -> None:
     from rich.console import Console, Group
@@ -49,7 +56,7 @@ def show_stats(addr: str, fingerprints: str, token_file: str | None, watch: floa
     fps = [f.strip().lower() for f in fingerprints.replace(",", "+").split("+") if f.strip()]
     if len(fps) != len(addresses):
         raise ConfigError(f"--fingerprint needs one sha256 per switch ({len(addresses)})")
-    token = Path(token_file).read_text().strip() if token_file else None
+    token = _read_token(token_file) if token_file else None
     if watch is not None and watch <= 0:
         raise ConfigError("--watch needs a positive number of seconds")
 
