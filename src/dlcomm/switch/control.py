@@ -146,14 +146,18 @@ class ControlPlane:
                 return
 
     async def _reply(self, writer: asyncio.StreamWriter, obj: dict[str, Any]) -> bool:
+        if writer.is_closing():
+            return False
         try:
             writer.write(encode_line(obj))
             await asyncio.wait_for(writer.drain(), self.limits.send_timeout_s)
             return True
-        except (OSError, TimeoutError, ConnectionError):
+        except TimeoutError:
             self.count("slow_readers_dropped")
-            writer.close()
-            return False
+        except Exception:  # noqa: BLE001 (a reset peer; asyncio's TLS may raise anything)
+            self.count("send_errors")
+        writer.close()
+        return False
 
     def _event(self, member: Member, obj: dict[str, Any]) -> None:
         """Send an event without waiting for it (a task that gives up after the timeout)."""

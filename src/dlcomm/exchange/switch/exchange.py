@@ -100,6 +100,7 @@ class SwitchExchange(Exchange):
         extra: dict[str, Any] = {
             "packets_sent": t.packets_sent, "packets_received": t.packets_received,
             "retransmissions": t.retransmissions, "drops_injected": t.drops_injected,
+            "refused": t.malformed,  # datagrams that did not verify: forged, replayed, broken
             "probes": t.extra.get("probes", 0), "prepare_s": t.extra.get("prepare_us", 0) / 1e6,
             "op_s": t.extra.get("op_us", 0) / 1e6, "k": self.spec.k, "window": self.spec.window,
             "shards": len(self.spec.addresses), "multicast": bool(self.session.groups),
