@@ -7,7 +7,9 @@ afterwards); the rest against a switch in a thread of the test, whose counters a
 
 from __future__ import annotations
 
+import contextlib
 import hmac
+import socket
 import time
 
 import numpy as np
@@ -128,11 +130,18 @@ def test_3_no_amplification_and_no_packets_to_addresses_that_did_not_ask():
     a rank that asks from its own address); a mismatch gets one ERROR, no larger than the
     packet, to its sender alone, and later ones are rate-limited: at most 1x out."""
     with live_switch() as live:
-        with Line(live.address, live.fp) as line:
-            many = [["127.0.0.1", 20000 + i] for i in range(1000)]
+        listeners = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(3)]
+        with Line(live.address, live.fp) as line, contextlib.ExitStack() as stack:
+            for sock in listeners:
+                stack.enter_context(sock)
+                sock.bind(("127.0.0.1", 0))
+            many = [list(s.getsockname()) for s in listeners] + \
+                [["127.0.0.1", 20000 + i] for i in range(997)]
             assert line.ask({"op": "register", "addresses": many, "slots": 1, "k": 4})["ok"]
             time.sleep(0.2)
             assert live.counter("packets_out") == 0
+            assert live.counter("control_challenges_sent") == 0
+            assert all(drain(sock, 0.05) == [] for sock in listeners)   # nothing arrived
         job = own_job(live.address, live.fp, workers=2, k=4)
         sent = [job.send(0, Header(DATA, job.job, 0, 0, 2, 0, 0, 0), ints([1, 2]), live.address)]
         out_before = live.counter("packets_out"), live.counter("bytes_out")
@@ -236,6 +245,12 @@ def test_10_job_numbers_are_random():
         ids = [line.ask({"op": "register", "addresses": [["127.0.0.1", 5000 + i]], "slots": 1,
                          "k": 4})["job"] for i in range(12)]
     assert len(set(ids)) == 12 and sorted(ids) != list(range(ids[0], ids[0] + 12))
+    steps = {(b - a) % 0xFFFE for a, b in zip(ids, ids[1:])}
+    assert len(steps) > 1                      # no fixed stride either
+    with live_switch() as other, Line(other.address, other.fp) as line:
+        again = [line.ask({"op": "register", "addresses": [["127.0.0.1", 5000 + i]],
+                           "slots": 1, "k": 4})["job"] for i in range(12)]
+    assert again != ids                        # another switch draws other numbers
 
 
 def test_13_unknown_jobs_and_forgeries_get_the_same_silence():
@@ -269,4 +284,6 @@ def test_13_secrets_are_compared_in_constant_time(monkeypatch):
     monkeypatch.setattr(control, "hmac", Spy)
     with live_switch(token="t" * 32) as live:
         own_job(live.address, live.fp, workers=1, k=4, token="t" * 32).close()
-    assert len(calls) >= 4   # the token (register), the ticket (challenge, attach), the nonce
+    # the pinned fingerprint (64 hex digits; the client's), the token (32, register), the
+    # ticket (challenge and attach: 16 bytes each) and the nonce (16 bytes)
+    assert sorted(calls) == [16, 16, 16, 32, 64], calls

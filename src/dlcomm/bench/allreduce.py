@@ -46,6 +46,7 @@ class AllreduceBench:
     pattern: str = "shared"           # shared | independent | elementwise
     block: int = 256                  # block size of the sparsity pattern
     checksum_reps: bool = False       # every worker hashes every repetition's result
+    interleave: bool = False          # exchanges take turns, repetition by repetition
 
     def __post_init__(self) -> None:
         if not self.exchanges:
@@ -112,33 +113,63 @@ def _with_options(spec: str, options: dict[str, str]) -> str:
     return str(type(parsed)(parsed.name, {**options, **parsed.options}))
 
 
-def _measure(cfg: AllreduceBench, env: WorkerEnv, spec: str, x: torch.Tensor
-             ) -> tuple[list[dict[str, Any]], torch.Tensor, dict[str, Any]]:
-    exchange = make_exchange(_with_options(spec, cfg.exchange_options),
-                             ExchangeContext(env.rank, env.world_size, job_name=cfg.job_name))
-    reps: list[dict[str, Any]] = []
-    out = x
+def _open(cfg: AllreduceBench, env: WorkerEnv, spec: str) -> Any:
+    return make_exchange(_with_options(spec, cfg.exchange_options),
+                         ExchangeContext(env.rank, env.world_size, job_name=cfg.job_name))
+
+
+def _one_rep(cfg: AllreduceBench, exchange: Any, x: torch.Tensor
+             ) -> tuple[dict[str, Any], torch.Tensor]:
+    """One all-reduce of a copy of ``x``, started after a barrier: its time, CPU, wire."""
+    buf = x.clone()
+    dist.barrier()
+    w0, c0, t0 = wire_bytes(), time.process_time(), time.perf_counter()
+    out = exchange.allreduce(buf).wait()
+    t1, c1 = time.perf_counter(), time.process_time()
+    dist.barrier()  # a worker finishes before its last sends drain; count them too
+    w1 = wire_bytes()
+    rep: dict[str, Any] = {"time_s": t1 - t0, "cpu_s": c1 - c0}
+    if w0 and w1:
+        rep.update({k: w1[k] - w0[k] for k in w1})
+    if cfg.checksum_reps:
+        rep["checksum"] = hashlib.sha256(out.contiguous().numpy().tobytes()).hexdigest()
+    return rep, out
+
+
+def _measure_all(cfg: AllreduceBench, env: WorkerEnv, x: torch.Tensor
+                 ) -> list[tuple[list[dict[str, Any]], torch.Tensor, dict[str, Any]]]:
+    """Every exchange's repetitions: one exchange after another, or (``interleave``) all
+    exchanges open at once and taking turns, repetition by repetition, so that a machine
+    whose speed drifts slows every variant alike."""
+    if not cfg.interleave:
+        out = []
+        for spec in cfg.exchanges:
+            exchange = _open(cfg, env, spec)
+            try:
+                reps, result = [], x
+                for i in range(cfg.warmup + cfg.reps):
+                    rep, result = _one_rep(cfg, exchange, x)   # only the last result is kept
+                    if i >= cfg.warmup:
+                        reps.append(rep)
+                out.append((reps, result, exchange.stats().as_dict()))
+            finally:
+                exchange.close()
+        return out
+    exchanges = []
     try:
+        for spec in cfg.exchanges:
+            exchanges.append(_open(cfg, env, spec))
+        runs: list[list[dict[str, Any]]] = [[] for _ in exchanges]
+        last: list[torch.Tensor] = [x] * len(exchanges)
         for i in range(cfg.warmup + cfg.reps):
-            buf = x.clone()
-            dist.barrier()
-            w0, c0, t0 = wire_bytes(), time.process_time(), time.perf_counter()
-            out = exchange.allreduce(buf).wait()
-            t1, c1 = time.perf_counter(), time.process_time()
-            dist.barrier()  # a worker finishes before its last sends drain; count them too
-            w1 = wire_bytes()
-            if i >= cfg.warmup:
-                rep = {"time_s": t1 - t0, "cpu_s": c1 - c0}
-                if w0 and w1:
-                    rep.update({k: w1[k] - w0[k] for k in w1})
-                if cfg.checksum_reps:
-                    rep["checksum"] = hashlib.sha256(out.contiguous().numpy().tobytes()
-                                                     ).hexdigest()
-                reps.append(rep)
-        stats = exchange.stats().as_dict()
+            for j, exchange in enumerate(exchanges):
+                rep, last[j] = _one_rep(cfg, exchange, x)
+                if i >= cfg.warmup:
+                    runs[j].append(rep)
+        return [(runs[j], last[j], ex.stats().as_dict()) for j, ex in enumerate(exchanges)]
     finally:
-        exchange.close()
-    return reps, out, stats
+        for exchange in exchanges:
+            exchange.close()
 
 
 def worker_main(config: dict[str, Any]) -> None:
@@ -152,8 +183,7 @@ def worker_main(config: dict[str, Any]) -> None:
         reference = (reference_sum(cfg.seed, env.world_size, cfg.numel, *sparsity)
                      if env.rank == 0 else None)
         measured = []
-        for spec in cfg.exchanges:
-            reps, out, stats = _measure(cfg, env, spec, x)
+        for spec, (reps, out, stats) in zip(cfg.exchanges, _measure_all(cfg, env, x)):
             gathered: list[Any] = [None] * env.world_size
             dist.gather_object({"reps": reps, "stats": stats},
                                gathered if env.rank == 0 else None, dst=0)
@@ -164,7 +194,6 @@ def worker_main(config: dict[str, Any]) -> None:
                     "max_abs_error": float((out.double() - reference).abs().max()),
                     "checksum": hashlib.sha256(out.contiguous().numpy().tobytes()).hexdigest(),
                     "finite": bool(torch.isfinite(out).all())})
-            del out
         if env.rank == 0:
             Path(cfg.result_path).write_text(json.dumps({"measured": measured,
                                                          "reference_max_abs": float(

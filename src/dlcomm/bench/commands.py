@@ -36,12 +36,15 @@ bench.add_command(fuzz_cmd)
               help="shared | independent | elementwise sparsity across workers.")
 @click.option("--block", type=int, default=256, show_default=True,
               help="Block size of the sparsity pattern.")
+@click.option("--interleave", is_flag=True,
+              help="Open every exchange at once and take turns, repetition by repetition "
+                   "(ratios robust to a machine whose speed drifts).")
 @click.option("--json", "json_path", help="Write the JSON result here.")
 @switch_options
 @network_options
 def bench_allreduce(exchanges: str, workers: int, size: str, reps: int, warmup: int, seed: int,
                     timeout_s: float, density: float, pattern: str, block: int,
-                    json_path: str | None, switch: str | None,
+                    interleave: bool, json_path: str | None, switch: str | None,
                     switch_shards: int, drop_rate: float, **net: Any) -> None:
     """Time all-reduces of SIZE bytes per worker through each exchange, with bounds and errors."""
     from dlcomm.bench.allreduce import AllreduceBench
@@ -53,7 +56,8 @@ def bench_allreduce(exchanges: str, workers: int, size: str, reps: int, warmup: 
     net_opts = NetworkOptions(net["network"] or "loopback", net["bandwidth"],
                               net["topology"] or "star", net["cluster"])
     cfg = AllreduceBench(tuple(split_specs(exchanges)), workers, parse_size(size), reps, warmup,
-                         seed, timeout_s, density=density, pattern=pattern, block=block)
+                         seed, timeout_s, density=density, pattern=pattern, block=block,
+                         interleave=interleave)
     check_writable(json_path)
     result = run_allreduce(cfg, net_opts, SwitchOptions(switch, switch_shards, drop_rate))
     if json_path:

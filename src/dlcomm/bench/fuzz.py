@@ -141,14 +141,19 @@ def _attack(cfg: FuzzBench, address: tuple[str, int], fp: str, pid: int,
     datagrams = DatagramAttack(address, fp, cfg.seed)
     control = ControlAttack(address, fp, cfg.seed + 1)
     rss: list[tuple[float, int]] = []
+    quarters: list[tuple[int, int]] = []
     failed: list[BaseException] = []
 
     halt = threading.Event()
 
-    def control_loop() -> None:
+    def control_loop() -> None:   # in step with the datagrams: both run the whole time
         try:
             while control.replies < cfg.control_lines and not halt.is_set():
-                control.send(min(512, cfg.control_lines - control.replies))
+                due = cfg.control_lines * datagrams.counts.sent // cfg.datagrams + 256
+                if control.replies >= due and datagrams.counts.sent < cfg.datagrams:
+                    time.sleep(0.01)
+                    continue
+                control.send(min(256, cfg.control_lines - control.replies))
         except BaseException as exc:  # noqa: BLE001 (reported with the result)
             failed.append(exc)
 
@@ -158,6 +163,7 @@ def _attack(cfg: FuzzBench, address: tuple[str, int], fp: str, pid: int,
     try:
         with Line(address, fp) as watch:
             last_aim = last_note = 0.0
+            next_quarter = cfg.datagrams // 4   # RSS after each quarter: does it level off?
             while datagrams.counts.sent < cfg.datagrams:
                 now = time.monotonic()
                 if now - start > cfg.timeout_s:
@@ -169,6 +175,9 @@ def _attack(cfg: FuzzBench, address: tuple[str, int], fp: str, pid: int,
                     time.sleep(0.001)   # the switch is behind: let it catch up
                     continue
                 datagrams.send(min(200, cfg.datagrams - datagrams.counts.sent))
+                if datagrams.counts.sent >= next_quarter:
+                    quarters.append((datagrams.counts.sent, rss_kib(pid)))
+                    next_quarter += cfg.datagrams // 4
                 if now - last_note > 5:
                     last_note = now
                     rss.append((round(now - start, 1), rss_kib(pid)))
@@ -184,7 +193,7 @@ def _attack(cfg: FuzzBench, address: tuple[str, int], fp: str, pid: int,
     if failed:
         raise DlcommError(f"the control attack failed: {failed[0]!r}")
     return {"datagrams": datagrams, "control": control, "rss_samples": rss,
-            "attack_s": time.monotonic() - start}
+            "rss_quarters": quarters, "attack_s": time.monotonic() - start}
 
 
 def run_fuzz(cfg: FuzzBench, progress: Progress = lambda s: print(s, file=sys.stderr)
@@ -233,6 +242,9 @@ def _result(cfg: FuzzBench, reference: dict[str, Any], runs: list[dict[str, Any]
         "rss_growth_kib": None if rss_after is None else rss_after - rss_before,
         "rss_growth_after_first_sample_kib": None if rss_after is None or not
         attack["rss_samples"] else rss_after - attack["rss_samples"][0][1],
+        "rss_kib_after_quarters": [kib for _, kib in attack["rss_quarters"]],
+        "rss_growth_second_half_kib": attack["rss_quarters"][-1][1] -
+        attack["rss_quarters"][1][1] if len(attack["rss_quarters"]) >= 4 else None,
         "reference_checksum": ref_sum,
         "honest_runs": len(runs), "honest_runs_failed": len(runs) - len(attacked),
         "honest_repetitions": sum(sum(r["checksums"].values()) for r in attacked),

@@ -169,6 +169,11 @@ class ControlClient:
         elif event == "worker_left":
             self.failure = (f"worker rank {msg.get('rank')} left the job without finishing "
                             f"(the switch at {where} saw its connection close)")
+            waiting = msg.get("waiting")
+            if isinstance(waiting, dict) and isinstance(waiting.get("ranks"), list):
+                ranks = ", ".join(str(r) for r in waiting["ranks"])
+                self.failure += (f"; the job was still waiting for rank(s) {ranks} "
+                                 f"since {waiting.get('since_s')} s")
         elif event == "job_failed":
             self.failure = f"the switch at {where} failed the job: {msg.get('reason')}"
         elif event == "job_timeout":

@@ -172,17 +172,11 @@ class ControlPlane:
         if op == "stats":
             self._admin(req)
             return {"ok": True, "stats": self.stats()}
-        if op == "register":
-            return self._register(req, conn)
-        if op == "attach":
-            return self._attach(req, conn)
-        if op == "challenge":
-            return self._challenge(req, conn)
-        if op == "heartbeat":
-            return self._heartbeat(conn)
-        if op == "leave":
-            return self._leave(conn)
-        raise BadRequest(f"unknown op {str(op)[:32]!r}")
+        ops = {"register": self._register, "attach": self._attach,
+               "challenge": self._challenge, "heartbeat": self._heartbeat, "leave": self._leave}
+        if not isinstance(op, str) or op not in ops:
+            raise BadRequest(f"unknown op {str(op)[:32]!r}")
+        return ops[op](req, conn)
 
     def _admin(self, req: dict[str, Any]) -> None:
         if not token_matches(req.get("token"), self.token):
@@ -236,6 +230,7 @@ class ControlPlane:
         header = Header(CHALLENGE, job.job_id, SWITCH_RANK, 0, 0, rank, 0, 0)
         try:
             self.send_udp(header.pack() + reg.nonces[rank], job.addresses[rank])
+            self.count("challenges_sent")
         except OSError:
             self.count("challenge_send_errors")
 
@@ -299,13 +294,13 @@ class ControlPlane:
         return {"ok": True, "secret": job.secret.hex(), "live": job.live,
                 "auth": AUTH_NAMES[job.auth]}
 
-    def _heartbeat(self, conn: Conn) -> dict[str, Any]:
+    def _heartbeat(self, req: dict[str, Any], conn: Conn) -> dict[str, Any]:
         if conn.member is None:
             raise BadRequest("this connection is not attached to a job")
         conn.member.last_heard = conn.member.reg.last_control = time.monotonic()
         return {"ok": True}
 
-    def _leave(self, conn: Conn) -> dict[str, Any]:
+    def _leave(self, req: dict[str, Any], conn: Conn) -> dict[str, Any]:
         member = conn.member
         if member is None:
             raise BadRequest("this connection is not attached to a job")
@@ -333,9 +328,12 @@ class ControlPlane:
             reg = member.reg
             with self.state.lock:
                 failure = reg.job.failure  # a rank that stops after the job failed
-            event = {"event": "job_failed", "job": reg.job.job_id, "reason": failure} \
-                if failure else {"event": "worker_left", "job": reg.job.job_id,
-                                 "rank": member.rank}
+                waiting = self.state.dataplane.waiting(reg.job.job_id, time.monotonic())
+            event: dict[str, Any] = {"event": "job_failed", "job": reg.job.job_id,
+                                     "reason": failure} if failure else \
+                {"event": "worker_left", "job": reg.job.job_id, "rank": member.rank}
+            if waiting and not failure:   # e.g. a rank that gave up waiting for another
+                event["waiting"] = {"ranks": waiting["ranks"], "since_s": waiting["since_s"]}
             self._end(reg, "failed")
             for other in reg.attached.values():
                 if other is not member and not other.left:

@@ -51,7 +51,7 @@ from dlcomm.switch.slots import (
     popcount,
 )
 from dlcomm.switch.sparse_rounds import add_sparse, finish_sparse
-from dlcomm.wire.channel import Forged, Parts, Replayed
+from dlcomm.wire.channel import Forged, Framed, Parts, Replayed
 from dlcomm.wire.packet import (
     ANNOUNCE,
     COMPLETE,
@@ -202,7 +202,7 @@ class Dataplane:
         return self._complete(slots, hdr, copy) if not copy.remaining else []
 
     def _answer(self, job: Job, rank: int, src: Address, size: int, header: Header,
-                body: bytes | memoryview) -> list[Output]:
+                body: bytes | Framed) -> list[Output]:
         """One answer to the packet from ``src`` (``size`` bytes), if it is no larger."""
         if HEADER_SIZE + len(body) + job.channel.tag_size > size:
             return self._drop("answer_too_large", job)  # a probe pads itself to ask
@@ -279,14 +279,14 @@ class Dataplane:
                         flags=COMPLETE if complete else 0)
         return status, waiting.to_bytes((job.workers + 7) // 8, "little")
 
-    def _result(self, job: Job, slot: int, copy: SlotCopy) -> tuple[Header, bytes | memoryview]:
-        assert copy.acc is not None
+    def _result(self, job: Job, slot: int, copy: SlotCopy) -> tuple[Header, bytes | Framed]:
+        assert copy.frame is not None
         flags = (SPARSE | (RUN if copy.run else 0)) if copy.sparse else 0
         header = Header(RESULT, job.job_id, SWITCH_RANK, slot, copy.numel, copy.seq, copy.tsi,
                         copy.exp, flags=flags)
         if copy.sparse:
             return header, copy.result
-        return header, copy.acc[: copy.numel].data.cast("B")
+        return header, Framed(copy.frame, 4 * copy.numel)   # sealed in place
 
     def _mismatch(self, job: Job, hdr: Header, copy: SlotCopy, src: Address, size: int,
                   now: float, why: str = "") -> list[Output]:

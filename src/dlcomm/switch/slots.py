@@ -11,6 +11,7 @@ import numpy as np
 
 from dlcomm.switch.jobs import Job
 from dlcomm.switch.planning import Plan
+from dlcomm.wire.channel import frame_buffer
 from dlcomm.wire.packet import Header
 from dlcomm.wire.quant import EXP_ZERO
 
@@ -30,6 +31,7 @@ class SlotCopy:
     tsi: int = 0
     numel: int = 0
     acc: np.ndarray | None = None
+    frame: memoryview | None = None   # the result datagram: header room, then acc's memory
     sparse: bool = False
     groups: np.ndarray | None = None  # sparse: this round's groups (sorted): rows of sums
     sums: np.ndarray | None = None   # sparse: int32 (planned blocks, b), in acc's memory
@@ -38,6 +40,12 @@ class SlotCopy:
     run: bool = False                # sparse: the result plans a dense run
     result: bytes = b""             # sparse: the encoded result payload
     started: float = 0.0            # when the round's first contribution arrived
+
+
+def _copy(k: int) -> SlotCopy:
+    """A slot copy whose accumulator lives in a result frame (sealed in place, no copy)."""
+    frame, acc = frame_buffer(k)
+    return SlotCopy(acc=acc, frame=memoryview(frame))
 
 
 class Stream:
@@ -59,8 +67,7 @@ class JobSlots:
 
     def __init__(self, job: Job) -> None:
         self.job = job
-        self.copies = [(SlotCopy(acc=np.zeros(job.k, dtype=np.int32)),
-                        SlotCopy(acc=np.zeros(job.k, dtype=np.int32)))
+        self.copies = [(_copy(job.k), _copy(job.k))
                        for _ in range(job.slot_count)]
         self.streams: list[Stream | None] = [None] * job.slot_count
         self.all = (1 << job.workers) - 1

@@ -16,6 +16,8 @@ datagram and returns its payload, or raises :class:`Forged` or :class:`Replayed`
 
 from __future__ import annotations
 
+import numpy as np
+
 from dlcomm.wire.auth import (
     AUTH_ENCRYPT,
     AUTH_NONE,
@@ -30,9 +32,30 @@ from dlcomm.wire.auth import (
 )
 from dlcomm.wire.packet import HEADER_SIZE, RESULT, SWITCH_RANK, Header
 
-__all__ = ["Channel", "Forged", "Replayed", "Parts"]
+__all__ = ["Channel", "Forged", "Replayed", "Parts", "Framed", "frame_buffer"]
 
 Parts = list[bytes | memoryview]
+
+
+def frame_buffer(elements: int) -> tuple[bytearray, np.ndarray]:
+    """A frame for ``elements`` int32 values and the int32 array that lives in it (after
+    the header's room)."""
+    frame = bytearray(HEADER_SIZE + 4 * elements)
+    return frame, np.frombuffer(frame, dtype=np.int32, offset=HEADER_SIZE)
+
+
+class Framed:
+    """A payload in ``frame[HEADER_SIZE : HEADER_SIZE + size]`` of a writable buffer whose
+    first HEADER_SIZE bytes are free for the header: :meth:`Channel.seal` writes the header
+    there and tags the frame as it is, without copying the payload."""
+
+    __slots__ = ("frame", "size")
+
+    def __init__(self, frame: memoryview, size: int) -> None:
+        self.frame, self.size = frame, size
+
+    def __len__(self) -> int:
+        return self.size
 
 
 class Replayed(ValueError):
@@ -61,25 +84,33 @@ class Channel:
         assert to is not None, "a packet to one rank names it"
         return STREAM_DOWN, to
 
-    def seal(self, header: Header, payload: bytes | memoryview = b"",
+    def seal(self, header: Header, payload: bytes | memoryview | Framed = b"",
              to: int | None = None) -> Parts:
         """The datagram of ``header`` and ``payload`` as parts for ``sendmsg``; ``to``: the
-        rank a switch's non-result packet goes to."""
+        rank a switch's non-result packet goes to. A :class:`Framed` payload is sealed in
+        place (its header written into the frame's room: no copy)."""
         stream, rank = self._send_key(header, to)
         counter = self.sent.get((stream, rank), -1) + 1
         self.sent[(stream, rank)] = counter
         packed = header.pack(counter)
+        whole: bytes | memoryview
+        if isinstance(payload, Framed):
+            framed = True
+            whole = payload.frame[: HEADER_SIZE + payload.size]
+            whole[:HEADER_SIZE] = packed
+            body: bytes | memoryview = whole[HEADER_SIZE:]
+        else:
+            framed, body = False, payload
         if self.mode == AUTH_NONE:
-            return [packed, payload]
+            return [whole] if framed else [packed, body]
         keys = self.keys
         key = keys.result if stream == STREAM_RESULT else \
             (keys.up if stream == STREAM_UP else keys.down)[rank]
         assert key is not None
-        if self.mode == AUTH_ENCRYPT:
-            return [packed, seal(key, self.mode, stream, counter,
-                                 packed + bytes(payload), HEADER_SIZE)]
-        whole = packed + bytes(payload) if len(payload) else packed
-        return [whole, seal(key, self.mode, stream, counter, whole, HEADER_SIZE)]
+        if not framed:
+            whole = b"".join((packed, body)) if len(body) else packed  # one copy
+        tag_or_cipher = seal(key, self.mode, stream, counter, whole, HEADER_SIZE)
+        return [packed if self.mode == AUTH_ENCRYPT else whole, tag_or_cipher]
 
     def _receive_key(self, header: Header) -> tuple[int, int]:
         if self.rank is None:

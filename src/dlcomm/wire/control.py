@@ -23,7 +23,9 @@ when the switch listens beyond loopback:
 Events (switch -> attached workers), unsolicited:
 
     {"event": "job_live", "job": J}                 every rank attached: packets flow
-    {"event": "worker_left", "job": J, "rank": R}   a worker's connection closed before "leave"
+    {"event": "worker_left", "job": J, "rank": R[, "waiting": {"ranks": [...], "since_s": T}]}
+                                                  a worker's connection closed before "leave"
+                                                  (and whom the job was waiting for then)
     {"event": "job_failed", "job": J, "reason": "..."}   e.g. the workers' tensors differ
     {"event": "job_timeout", "job": J}              no packet and no heartbeat for too long
 

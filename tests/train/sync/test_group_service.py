@@ -8,6 +8,7 @@ line and is closed, the service and the honest workers go on.
 
 from __future__ import annotations
 
+import hmac
 import json
 import socket
 import time
@@ -256,6 +257,22 @@ def test_message_checks():
     with pytest.raises(ProtocolError, match=r"'rank' = 4 is outside 0..3"):
         check_message({"op": "hello", "rank": 4, "token": "t"}, 4, None)
     assert token_matches(TOKEN, TOKEN) and not token_matches("é", TOKEN)
+
+
+def test_tokens_are_compared_in_constant_time(monkeypatch):
+    import dlcomm.train.sync.group_protocol as protocol
+    calls = []
+    real = hmac.compare_digest
+
+    class Spy:
+        @staticmethod
+        def compare_digest(a, b):
+            calls.append((len(a), len(b)))
+            return real(a, b)
+
+    monkeypatch.setattr(protocol, "hmac", Spy)
+    assert token_matches(TOKEN, TOKEN) and not token_matches("x" * 32, TOKEN)
+    assert calls == [(32, 32), (32, 32)]
 
 
 # -- 3. limits ------------------------------------------------------------------------
