@@ -16,6 +16,7 @@ import numpy as np
 import psutil
 import pytest
 
+from dlcomm.errors import ExchangeError
 from dlcomm.switch.client import ControlClient
 from dlcomm.switch.registrations import Limits
 from dlcomm.switch.service import running_switches
@@ -257,3 +258,25 @@ def test_13_challenge_and_attach_do_not_tell_which_jobs_exist():
                         answers.add(reply["error"])
         assert answers == {"no such job"}
         job.close()
+
+
+def test_8_the_client_hears_refusals_at_once():
+    """Refusals carry the request's id, so the real client reports "switch full", a wrong
+    token or the rate limit at once, not as a switch that did not answer."""
+    limits = Limits(max_jobs=1, registrations_per_minute=3)
+    with live_switch(token=TOKEN, limits=limits) as live:
+        client = ControlClient(live.address, live.fp, timeout=5.0)
+        try:
+            start = time.monotonic()
+            with pytest.raises(ExchangeError, match="requires its admin token"):
+                client.request(registration(token="wrong"))
+            assert client.request(registration(token=TOKEN))["ok"]
+            with pytest.raises(ExchangeError, match="switch full: 1 jobs already"):
+                client.request(registration(port=5001, token=TOKEN))
+            with pytest.raises(ExchangeError, match="slots must be in"):
+                client.request(registration(slots=0, token=TOKEN))
+            with pytest.raises(ExchangeError, match="too many registrations"):
+                client.request(registration(token=TOKEN))
+            assert time.monotonic() - start < 2.0
+        finally:
+            client.close(leave=False)

@@ -15,6 +15,7 @@ import hashlib
 import json
 import statistics
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,12 +138,13 @@ def _one_rep(cfg: AllreduceBench, exchange: Any, x: torch.Tensor
 
 
 def _measure_all(cfg: AllreduceBench, env: WorkerEnv, x: torch.Tensor
-                 ) -> list[tuple[list[dict[str, Any]], torch.Tensor, dict[str, Any]]]:
-    """Every exchange's repetitions: one exchange after another, or (``interleave``) all
-    exchanges open at once and taking turns, repetition by repetition, so that a machine
-    whose speed drifts slows every variant alike."""
+                 ) -> Iterator[tuple[list[dict[str, Any]], torch.Tensor, dict[str, Any]]]:
+    """Every exchange's repetitions, its last result and its stats, exchange by exchange:
+    one exchange after another (each result is yielded, and can be freed, before the next
+    exchange starts), or (``interleave``) all exchanges open at once and taking turns,
+    repetition by repetition, so that a machine whose speed drifts slows every variant
+    alike."""
     if not cfg.interleave:
-        out = []
         for spec in cfg.exchanges:
             exchange = _open(cfg, env, spec)
             try:
@@ -151,10 +153,12 @@ def _measure_all(cfg: AllreduceBench, env: WorkerEnv, x: torch.Tensor
                     rep, result = _one_rep(cfg, exchange, x)   # only the last result is kept
                     if i >= cfg.warmup:
                         reps.append(rep)
-                out.append((reps, result, exchange.stats().as_dict()))
+                stats = exchange.stats().as_dict()
             finally:
                 exchange.close()
-        return out
+            yield reps, result, stats
+            del result
+        return
     exchanges = []
     try:
         for spec in cfg.exchanges:
@@ -166,10 +170,12 @@ def _measure_all(cfg: AllreduceBench, env: WorkerEnv, x: torch.Tensor
                 rep, last[j] = _one_rep(cfg, exchange, x)
                 if i >= cfg.warmup:
                     runs[j].append(rep)
-        return [(runs[j], last[j], ex.stats().as_dict()) for j, ex in enumerate(exchanges)]
+        stats = [ex.stats().as_dict() for ex in exchanges]
     finally:
         for exchange in exchanges:
             exchange.close()
+    for j in range(len(exchanges)):
+        yield runs[j], last[j], stats[j]
 
 
 def worker_main(config: dict[str, Any]) -> None:
@@ -194,6 +200,7 @@ def worker_main(config: dict[str, Any]) -> None:
                     "max_abs_error": float((out.double() - reference).abs().max()),
                     "checksum": hashlib.sha256(out.contiguous().numpy().tobytes()).hexdigest(),
                     "finite": bool(torch.isfinite(out).all())})
+            del out   # free this exchange's result before the next one runs
         if env.rank == 0:
             Path(cfg.result_path).write_text(json.dumps({"measured": measured,
                                                          "reference_max_abs": float(

@@ -13,7 +13,6 @@ measured (what came back to its sockets over what it sent, in packets and bytes)
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import threading
@@ -108,8 +107,8 @@ class _Honest:
                        entry=("run-job", "bench-allreduce"), deadline_s=JOB_DEADLINE_S,
                        rank0_output=False)
                 entry = json.loads(part.read_text())["measured"][0]
-            except DlcommError as exc:
-                return {"tag": tag, "ok": False, "error": str(exc)[:300],
+            except (DlcommError, OSError, ValueError, KeyError) as exc:
+                return {"tag": tag, "ok": False, "error": str(exc)[:300] or repr(exc),
                         "wall_s": time.perf_counter() - start}
         sums = Counter(rep["checksum"] for w in entry["per_worker"] for rep in w["reps"])
         return {"tag": tag, "ok": True, "checksums": dict(sums), "final": entry["checksum"],
@@ -136,14 +135,18 @@ def _stats(line: Line) -> dict[str, Any]:
 
 
 def _attack(cfg: FuzzBench, address: tuple[str, int], fp: str, pid: int,
-            progress: Progress) -> dict[str, Any]:
-    """The two attackers, side by side, until both have sent their share."""
+            alive: Callable[[], bool], progress: Progress) -> dict[str, Any]:
+    """The two attackers, side by side, until both have sent their share (or the switch
+    died: then what they did so far, and why they stopped)."""
     datagrams = DatagramAttack(address, fp, cfg.seed)
-    control = ControlAttack(address, fp, cfg.seed + 1)
+    try:
+        control = ControlAttack(address, fp, cfg.seed + 1)
+    except BaseException:
+        datagrams.close()
+        raise
     rss: list[tuple[float, int]] = []
     quarters: list[tuple[int, int]] = []
     failed: list[BaseException] = []
-
     halt = threading.Event()
 
     def control_loop() -> None:   # in step with the datagrams: both run the whole time
@@ -158,6 +161,7 @@ def _attack(cfg: FuzzBench, address: tuple[str, int], fp: str, pid: int,
             failed.append(exc)
 
     start = time.monotonic()
+    stopped: str | None = None
     thread = threading.Thread(target=control_loop, daemon=True, name="fuzz-control")
     thread.start()
     try:
@@ -184,16 +188,23 @@ def _attack(cfg: FuzzBench, address: tuple[str, int], fp: str, pid: int,
                     progress(f"fuzz: {datagrams.counts.sent:,}/{cfg.datagrams:,} datagrams, "
                              f"{control.sent:,}/{cfg.control_lines:,} control lines, "
                              f"switch RSS {rss[-1][1] / 1024:.0f} MiB")
-        thread.join(cfg.timeout_s)
+        thread.join(max(1.0, cfg.timeout_s - (time.monotonic() - start)))
+        if thread.is_alive():
+            raise DlcommError(f"the control attack took longer than {cfg.timeout_s:g} s")
+    except (OSError, DlcommError) as exc:   # ssl errors are OSErrors
+        if alive():
+            raise
+        stopped = f"the switch died: {str(exc)[:200] or type(exc).__name__}"
     finally:
         datagrams.close()
         halt.set()
         thread.join(15)
         control.close()
-    if failed:
+    if failed and alive():
         raise DlcommError(f"the control attack failed: {failed[0]!r}")
     return {"datagrams": datagrams, "control": control, "rss_samples": rss,
-            "rss_quarters": quarters, "attack_s": time.monotonic() - start}
+            "rss_quarters": quarters, "attack_s": time.monotonic() - start,
+            "stopped": stopped}
 
 
 def run_fuzz(cfg: FuzzBench, progress: Progress = lambda s: print(s, file=sys.stderr)
@@ -212,14 +223,17 @@ def run_fuzz(cfg: FuzzBench, progress: Progress = lambda s: print(s, file=sys.st
         rss_before, drops_before = rss_kib(proc.pid), kernel_drops(address[1])
         honest.start()
         try:
-            attack = _attack(cfg, address, fp, proc.pid, progress)
+            attack = _attack(cfg, address, fp, proc.pid, lambda: proc.poll() is None,
+                             progress)
         finally:
             honest.join()
         alive = proc.poll() is None
         rss_after = rss_kib(proc.pid) if alive else None
         drops = kernel_drops(address[1]) - drops_before if alive else None
-        with contextlib.ExitStack() as stack:
-            after = _stats(stack.enter_context(Line(address, fp))) if alive else {}
+        after: dict[str, Any] = {}
+        if alive:
+            with Line(address, fp) as line:
+                after = _stats(line)
     return _result(cfg, reference, honest.runs, attack, before, after, alive, rss_before,
                    rss_after, drops, time.perf_counter() - started)
 
@@ -237,7 +251,7 @@ def _result(cfg: FuzzBench, reference: dict[str, Any], runs: list[dict[str, Any]
              if v != before["counters"].get(k, 0)}
     result = new_result("bench-fuzz", asdict(cfg))
     result["summary"] = {
-        "switch_alive": alive,
+        "switch_alive": alive, "stopped": attack["stopped"],
         "rss_kib_before": rss_before, "rss_kib_after": rss_after,
         "rss_growth_kib": None if rss_after is None else rss_after - rss_before,
         "rss_growth_after_first_sample_kib": None if rss_after is None or not
@@ -262,7 +276,7 @@ def _result(cfg: FuzzBench, reference: dict[str, Any], runs: list[dict[str, Any]
                                                        "control_internal_errors")),
         "attack_s": attack["attack_s"], "wall_time_s": wall_s}
     result["datagram_kinds"] = {"targets": dict(counts.kinds), "mutations": d.made()}
-    result["control_kinds"] = dict(c.mutator.made)
+    result["control_kinds"] = dict(c.kinds)
     result["control_reply_kinds"] = dict(c.reply_kinds)
     result["switch_counter_deltas"] = dict(sorted(delta.items()))
     result["rss_samples_kib"] = attack["rss_samples"]

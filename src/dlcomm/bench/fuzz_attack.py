@@ -18,8 +18,9 @@ socket (its receive queue), so that the kernel does not drop what the switch sho
 see.
 
 :class:`ControlAttack` sends :class:`~dlcomm.testing.control_fuzz.ControlMutator` lines over
-a few pinned TLS connections from 127.0.0.2, pipelined in batches, reading every reply;
-connections the switch closes (a line too long) are opened again.
+a few pinned TLS connections, each from a new loopback source (127.1.0.0/16) and used for
+200 lines, pipelined in batches, reading every reply; connections the switch closes (a line
+too long) are opened again.
 """
 
 from __future__ import annotations
@@ -155,13 +156,15 @@ class DatagramAttack:
         for j, info in jobs.items():
             if int(j) in mine:
                 self.completions[int(j)] = int(info.get("completions", 0))
-        for name in [mine[int(j)] for j, info in jobs.items()
-                     if int(j) in mine and info.get("failure")]:
-            self.reregistered += 1
-            self._register(name)
+        for job, name in mine.items():   # failed, or gone (ended by the switch): anew
+            if str(job) not in jobs or jobs[str(job)].get("failure"):
+                self.reregistered += 1
+                self._register(name)
         honest = [(int(j), info) for j, info in jobs.items()
                   if str(info.get("name", "")).startswith("honest") and info.get("live")]
-        if honest and (self.honest is None or self.honest[0] != honest[0][0]):
+        if not honest:
+            self.honest = None   # between honest runs: its share goes to the owned jobs
+        elif self.honest is None or self.honest[0] != honest[0][0]:
             job, info = honest[0]
             forged = secrets.token_bytes(32)  # keys the attacker guesses: every tag fails
             channels = tuple(Channel(JobKeys.derive(forged, job, AUTH_MODES["authenticated"],
@@ -220,15 +223,21 @@ class ControlAttack:
     """Hostile control lines over pinned TLS connections (module docstring)."""
 
     def __init__(self, address: Address, fp: str, seed: int, connections: int = 4,
-                 batch: int = 32, source: str = "127.0.0.2") -> None:
-        self.address, self.fp, self.source, self.batch = address, fp, source, batch
+                 batch: int = 32, lines_per_connection: int = 200) -> None:
+        self.address, self.fp, self.batch = address, fp, batch
+        self.lines_per_connection = lines_per_connection
         self.mutator = ControlMutator(seed)
-        self.lines = [self._connect() for _ in range(connections)]
+        # a new loopback source for every connection (127.1.0.0/16): hostile registrations
+        # reach the field checks, not only the rate limit per source
+        self.sources = (f"127.1.{i // 250 % 250}.{1 + i % 250}" for i in range(1 << 30))
+        self.kinds: Counter[str] = Counter()    # the kinds of the lines actually sent
         self.sent = self.replies = self.closed = self.errors = 0
         self.reply_kinds: Counter[str] = Counter()
+        self.lines = [self._connect() for _ in range(connections)]
+        self.used = [0] * connections
 
     def _connect(self) -> Line:
-        return Line(self.address, self.fp, source=self.source, timeout=10.0)
+        return Line(self.address, self.fp, source=next(self.sources), timeout=10.0)
 
     def send(self, count: int) -> None:
         """Send ``count`` lines, ``batch`` at a time per connection, reading the replies."""
@@ -237,7 +246,11 @@ class ControlAttack:
                 n = min(self.batch, count)
                 if n <= 0:
                     return
+                if self.used[i] >= self.lines_per_connection:
+                    line.close()
+                    line, self.used[i] = self._connect(), 0
                 self.lines[i] = self._exchange(line, n)
+                self.used[i] += n
                 count -= n
 
     def _exchange(self, line: Line, n: int) -> Line:
@@ -249,6 +262,7 @@ class ControlAttack:
         try:
             line.send_raw(b"".join(text for text, _ in out))
             self.sent += len(out)
+            self.kinds.update(kind for _, kind in out)
             for _ in out:
                 reply = line.recv(10.0)
                 if reply is None:

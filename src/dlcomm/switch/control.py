@@ -132,16 +132,18 @@ class ControlPlane:
             except asyncio.IncompleteReadError:
                 return
             first = False
+            req: dict[str, Any] = {}
             try:
                 req = decode_line(line)
                 reply = self.handle(req, conn)
-                if "id" in req and isinstance(req["id"], int):
-                    reply["id"] = req["id"]
             except BadRequest as exc:
                 self.count("bad_requests")
                 reply = {"ok": False, "error": str(exc)}
             except SwitchFull as exc:
                 reply = {"ok": False, "error": f"switch full: {exc}"}
+            rid = req.get("id")
+            if type(rid) is int:   # every reply, refusals too, answers its request's id
+                reply["id"] = rid
             if not await self._reply(conn.writer, reply):
                 return
 

@@ -30,7 +30,9 @@ amplify. Workers that disagree about a chunk (its offset or length) fail the job
 sender gets one ERROR, every worker learns it from the control channel
 (:attr:`Dataplane.failures`), and each later packet of the job is answered by at most one
 ERROR per worker per :data:`ERROR_REPLY_INTERVAL_S`. Outputs are ``(address, parts)``:
-datagrams already sealed by the job's channel; the I/O shell sends them.
+datagrams already sealed by the job's channel; the I/O shell sends them. A dense result is
+sealed in place, in the frame its accumulator lives in (no copy), so outputs are valid until
+the next :meth:`Dataplane.on_datagram`: a caller that keeps them copies them.
 """
 
 from __future__ import annotations

@@ -175,7 +175,7 @@ class Mutator:
         elif field == 3:
             values["numel"] = t.k + 1
         elif field == 4:
-            values["seq"] = rng.choice((0xFFFFFFFF, header.seq + 4, header.seq + 1 << 20))
+            values["seq"] = rng.choice((0xFFFFFFFF, header.seq + 4, header.seq + (1 << 20)))
         else:
             values["numel"] = max(0, header.numel - 1)   # the workers disagree: a mismatch
         return Header(header.type, header.job, header.worker, values["slot"],

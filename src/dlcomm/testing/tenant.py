@@ -34,8 +34,16 @@ class Line:
     def __init__(self, address: Address, fp: str, source: str = "127.0.0.1",
                  timeout: float = 5.0) -> None:
         raw = socket.create_connection(address, timeout=timeout, source_address=(source, 0))
-        self.sock = client_context().wrap_socket(raw)
-        check_pinned(self.sock, fp)
+        try:
+            self.sock = client_context().wrap_socket(raw)
+        except BaseException:
+            raw.close()
+            raise
+        try:
+            check_pinned(self.sock, fp)
+        except BaseException:
+            self.sock.close()
+            raise
         self.buffer = b""
 
     def __enter__(self) -> Line:
