@@ -46,7 +46,7 @@ class FuzzBench:
     control_lines: int = 100_000
     workers: int = 4                 # ranks of the honest job
     size_bytes: int = 1 << 22        # the honest job's tensor per worker
-    reps: int = 5                    # timed repetitions per honest run
+    reps: int = 40                   # timed repetitions per honest run (it stays live longer)
     seed: int = 0
     timeout_s: float = 3600.0        # the whole campaign
 

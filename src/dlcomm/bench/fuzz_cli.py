@@ -18,7 +18,7 @@ __all__ = ["fuzz_cmd", "print_fuzz_summary"]
               help="Ranks of the honest job that all-reduces meanwhile.")
 @click.option("--size", default="4MB", show_default=True,
               help="The honest job's tensor bytes per worker.")
-@click.option("--reps", type=int, default=5, show_default=True,
+@click.option("--reps", type=int, default=40, show_default=True,
               help="Repetitions per honest run (each hashed by every rank).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--timeout-s", type=float, default=3600.0, show_default=True)
