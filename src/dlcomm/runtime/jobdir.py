@@ -1,7 +1,7 @@
 """Job directories under $TMPDIR that never outlive their owner for long.
 
 Every launcher keeps a job's files (its config, the workers' error reports and logs, a
-switch's counters) in a directory named ``dlcomm-KIND-PID-START-XXXXXX``: the owner's pid
+switch's counters) in a directory named ``dlcomm-KIND-PID-START-<random>``: the owner's pid
 and start time (in whole seconds since the epoch). It is removed when the job ends; when
 the owner was killed (SIGKILL leaves no time to clean up) the next job of any kind removes
 it (:func:`collect_stale`): a directory whose owner no longer runs (no process with that
