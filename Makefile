@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(PY) -m pytest -q -m "slow or bench"
 	$(DL) bench fidelity --json $(BENCH)/fidelity.json
 	$(DL) bench fuzz --json $(BENCH)/fuzz.json
+	$(DL) bench auth --json $(BENCH)/auth.json
 	$(DL) bench allreduce --exchange "switch:auth=none,switch,switch:auth=encrypted" --workers 4 --size 100MB --reps 30 --interleave $(EMU1G) --json $(BENCH)/switch-auth.json
 	$(DL) bench allreduce --exchange ring,switch --workers 4 --size 100MB $(EMU1G) --json $(BENCH)/switch-n4-1gbit.json
 	$(DL) bench allreduce --exchange ring,switch --workers 8 --size 100MB --network emulated --bandwidth 500mbit --json $(BENCH)/switch-n8-500mbit.json

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from dlcomm.bench.auth import auth_cmd
 from dlcomm.bench.fuzz_cli import fuzz_cmd
 from dlcomm.options import network_options, switch_options
 from dlcomm.registry import split_specs
@@ -19,6 +20,7 @@ def bench() -> None:
 
 
 bench.add_command(fuzz_cmd)
+bench.add_command(auth_cmd)
 
 
 @bench.command("allreduce")
