@@ -290,6 +290,7 @@ class ControlPlane:
         if len(reg.attached) == job.workers:
             with self.state.lock:
                 job.live = True
+                self.state.dataplane.job_live(job)
             for other in reg.attached.values():
                 if other is not member:
                     self._event(other, {"event": "job_live", "job": job.job_id})

@@ -114,6 +114,16 @@ class Dataplane:
         self._slots.pop(job_id, None)
         self.table.remove(job_id)
 
+    def job_live(self, job: Job) -> None:
+        """The control plane made ``job`` live (this dataplane reads ``job.live`` itself)."""
+
+    def all_counters(self) -> dict[str, int]:
+        return dict(self.counters)
+
+    def sync(self, now: float) -> bool:
+        """Bring the jobs' objects up to date (nothing to do here); True if one failed."""
+        return False
+
     # -- data ----------------------------------------------------------------------------
     def _drop(self, reason: str, job: Job | None = None) -> list[Output]:
         self.counters[f"drop_{reason}"] += 1

@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 __all__ = ["AUTH_NONE", "AUTH_MAC", "AUTH_ENCRYPT", "AUTH_MODES", "AUTH_NAMES", "TAG_SIZE",
-           "SECRET_SIZE", "JobKeys", "ReplayWindow", "Forged", "seal", "unseal",
+           "SECRET_SIZE", "JobKeys", "key_bytes", "all_key_bytes", "ReplayWindow", "Forged", "seal", "unseal",
            "STREAM_UP", "STREAM_DOWN", "STREAM_RESULT"]
 
 AUTH_NONE, AUTH_MAC, AUTH_ENCRYPT = 0, 1, 2
@@ -48,10 +48,21 @@ class Forged(ValueError):
     """A packet whose tag does not verify (forged, corrupted, or under another key)."""
 
 
+def key_bytes(secret: bytes, job: int, label: bytes) -> bytes:
+    """The 16-byte AES key of ``label`` (``up R``, ``down R``, ``result``) for a job."""
+    return HKDF(algorithm=hashes.SHA256(), length=16, salt=job.to_bytes(4, "little"),
+                info=b"dlcomm/1 " + label).derive(secret)
+
+
+def all_key_bytes(secret: bytes, job: int, workers: int) -> bytes:
+    """Every key of a job as the native dataplane takes them: up[0..n), down[0..n), result."""
+    return b"".join([key_bytes(secret, job, b"up %d" % r) for r in range(workers)] +
+                    [key_bytes(secret, job, b"down %d" % r) for r in range(workers)] +
+                    [key_bytes(secret, job, b"result")])
+
+
 def _derive(secret: bytes, job: int, label: bytes) -> AESGCM:
-    key = HKDF(algorithm=hashes.SHA256(), length=16, salt=job.to_bytes(4, "little"),
-               info=b"dlcomm/1 " + label).derive(secret)
-    return AESGCM(key)
+    return AESGCM(key_bytes(secret, job, label))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,136 @@
+/* dlcomm's native data path: the switch dataplane, its packet loop, the load generator and
+ * the worker's transport (C11, libcrypto). The Python modules dlcomm.switch.dataplane and
+ * dlcomm.exchange.switch.window are the specification; tests/native/ holds the two side by
+ * side. Wire format: dlcomm/wire/packet.py; tags: dlcomm/wire/auth.py. */
+#ifndef DLC_H
+#define DLC_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#define DLC_HDR 32
+#define DLC_TAG 16
+#define DLC_MAGIC 0xD1C0
+#define DLC_VERSION 2
+#define DLC_MAX_DGRAM 65507
+#define DLC_SWITCH_RANK 0xFFFF
+#define DLC_MAX_WORKERS 64      /* native jobs: a bitmap of 64 ranks; larger jobs run in Python */
+#define DLC_WINDOW_BITS 4096    /* replay window (wire/auth.ReplayWindow) */
+
+enum { T_DATA = 1, T_RESULT, T_STATUS, T_ERROR, T_CHALLENGE };
+enum { F_PROBE = 1, F_RESEND = 2, F_COMPLETE = 4, F_SPARSE = 8, F_RUN = 16, F_ANNOUNCE = 32 };
+enum { AUTH_NONE = 0, AUTH_MAC = 1, AUTH_ENCRYPT = 2 };
+enum { STREAM_UP = 1, STREAM_DOWN = 2, STREAM_RESULT = 3 };
+#define EXP_ZERO (-32768)
+#define EXP_NONFINITE 32767
+
+/* Counters: the Python dataplane's names (dlc_counter_names). */
+#define DLC_COUNTERS(X) \
+    X(packets_in) X(bytes_in) X(drop_truncated) X(drop_foreign) X(drop_version) \
+    X(drop_type) X(drop_unknown_job) X(drop_not_live) X(drop_bad_source) X(drop_bad_slot) \
+    X(drop_too_large) X(drop_not_sparse) X(drop_bad_exponent) X(drop_bad_tag) X(drop_replay) \
+    X(drop_length) X(drop_stale) X(drop_out_of_order) X(retransmissions) \
+    X(drop_answer_too_large) X(completions) X(probes) X(resent_results) X(drop_mismatch) \
+    X(drop_error_limited) X(errors_sent) X(drop_bad_value) X(packets_out) X(bytes_out) \
+    X(send_errors) X(drop_injected_in) X(drop_injected_out) X(recv_errors) \
+    X(slow_path) X(drop_slow_full) X(recv_calls) X(send_calls) X(gro_segments)
+#define DLC_ENUM(n) C_##n,
+enum { DLC_COUNTERS(DLC_ENUM) C_COUNT };
+
+typedef struct {
+    uint16_t magic; uint8_t version, type; uint16_t job, worker, slot, numel;
+    uint32_t seq, tsi; int16_t exp; uint8_t flags, resv; uint64_t counter;
+} dlc_hdr;
+
+void dlc_hdr_pack(uint8_t *out, const dlc_hdr *h);
+void dlc_hdr_unpack(const uint8_t *in, dlc_hdr *h);
+
+/* -- crypto (crypto.c): AES-128-GCM through libcrypto, one context per thread -------- */
+typedef struct dlc_crypto dlc_crypto;
+dlc_crypto *dlc_crypto_new(void);
+void dlc_crypto_free(dlc_crypto *c);
+/* mode MAC: tag over buf[0:len]; ENCRYPT: buf[0:32] is associated data, buf[32:len] is
+ * encrypted into out[32:len] (out may be buf). The tag goes to tag. 0 on success. */
+int dlc_seal(dlc_crypto *c, const uint8_t key[16], int mode, uint32_t stream, uint64_t counter,
+             const uint8_t *buf, size_t len, uint8_t *out, uint8_t tag[16]);
+/* The reverse on a datagram buf[0:len] (tag last); ENCRYPT decrypts into plain[0:len-48].
+ * 0 if the tag verifies. */
+int dlc_open(dlc_crypto *c, const uint8_t key[16], int mode, uint32_t stream, uint64_t counter,
+             const uint8_t *buf, size_t len, uint8_t *plain);
+
+typedef struct { uint64_t highest; int any; uint64_t bits[DLC_WINDOW_BITS / 64]; } dlc_window;
+int dlc_window_accept(dlc_window *w, uint64_t counter);
+
+/* -- the switch dataplane (dataplane.c) ------------------------------------------------ */
+typedef struct {
+    int64_t seq; int remaining; uint64_t expected, bitmap; int32_t exp; uint32_t tsi;
+    uint16_t numel; double started;
+    uint8_t *frame;     /* header room, k int32 (the accumulator), tag room: sealed in place */
+    uint8_t *cipher;    /* encrypted jobs: the result's ciphertext frame */
+} dlc_copy;
+
+typedef struct { pthread_mutex_t mu; dlc_copy c[2]; } dlc_slot;
+
+typedef struct dlc_job {
+    uint16_t id; int workers, slot_count, k, auth, python, live; int32_t limit;
+    uint32_t *ips; uint16_t *ports;            /* host order */
+    uint32_t group_ip; uint16_t group_port;    /* group_port 0: no multicast group */
+    uint8_t (*up)[16], (*down)[16], result[16];
+    dlc_window *windows; pthread_mutex_t *window_mu;
+    uint64_t result_sent, *down_sent;          /* next counter per key (atomics) */
+    pthread_mutex_t mu;                        /* failure, error replies */
+    int failed; char failure[512]; double *error_replies;
+    int64_t last_packet_ns;                    /* atomic */
+    uint64_t counters[C_COUNT];                /* atomics: the job's own */
+    dlc_slot *slots;
+} dlc_job;
+
+typedef struct {
+    uint32_t ip; uint16_t port; int niov; struct iovec iov[2];
+} dlc_out;
+
+#define DLC_MAX_OUTS 256
+typedef struct {
+    int n; dlc_out out[DLC_MAX_OUTS];
+    uint8_t *scratch; size_t used, cap;
+} dlc_outs;
+
+typedef struct dlc_switch dlc_switch;
+
+/* One thread's context: its counters, crypto, scratch, and the socket that sends results
+ * at once (-1: results are copied into the outputs, as the pure API does). */
+typedef struct {
+    dlc_switch *sw; dlc_crypto *crypto; uint64_t counters[C_COUNT];
+    uint8_t *plain; dlc_outs outs; int send_fd; double drop_rate; uint64_t rng;
+    int64_t cpu_ns;
+} dlc_ctx;
+
+struct dlc_switch {
+    pthread_rwlock_t lock;            /* the job table: read by packets, written by control */
+    dlc_job *jobs[65536];
+    pthread_mutex_t ctx_mu; dlc_ctx *ctxs[64]; int nctx;
+    pthread_mutex_t fail_mu; pthread_cond_t fail_cv; uint16_t fail_ids[1024]; int nfail;
+    /* the slow path: datagrams of jobs the Python dataplane serves */
+    pthread_mutex_t slow_mu; pthread_cond_t slow_cv; struct dlc_slow *slow_head, *slow_tail;
+    size_t slow_bytes; int stopping;
+    uint64_t base_counters[C_COUNT];   /* of contexts that ended */
+};
+
+dlc_switch *dlc_switch_new(void);
+void dlc_switch_free(dlc_switch *sw);
+dlc_ctx *dlc_ctx_new(dlc_switch *sw, int send_fd, double drop_rate, uint64_t seed);
+void dlc_ctx_free(dlc_ctx *ctx);
+int dlc_process(dlc_ctx *ctx, uint8_t *data, size_t len, uint32_t ip, uint16_t port,
+                double now);
+double dlc_now(void);
+void dlc_slow_push(dlc_switch *sw, const uint8_t *data, size_t len, uint32_t ip,
+                   uint16_t port);
+void dlc_sendmmsg_all(dlc_ctx *ctx, int fd, dlc_out *outs, int n);
+
+#endif
