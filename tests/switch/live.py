@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -44,9 +45,14 @@ class Live:
 
 @contextlib.contextmanager
 def live_switch(token: str | None = None, limits: Limits = Limits(), job_timeout_s: float = 600.0,
-                slots: int = 64) -> Iterator[Live]:
+                slots: int = 64, dataplane: str | None = None, threads: int = 1
+                ) -> Iterator[Live]:
+    """A switch in this process; its dataplane is $DLCOMM_DATAPLANE's (native by default),
+    so that the suite runs against both (the Makefile's test target runs it twice)."""
     server = SwitchServer("127.0.0.1", 0, identity("127.0.0.1"), slots=slots,
-                          job_timeout_s=job_timeout_s, token=token, limits=limits)
+                          job_timeout_s=job_timeout_s, token=token, limits=limits,
+                          dataplane=dataplane or os.environ.get("DLCOMM_DATAPLANE", "native"),
+                          threads=threads)
     thread = threading.Thread(target=server.run, daemon=True, name="test-switch")
     thread.start()
     deadline = time.monotonic() + 10

@@ -63,14 +63,20 @@ class Core:
         if not handle:
             raise MemoryError("cannot allocate the native switch")
         self.handle: int = handle
+        self._final: dict[str, int] = {}
 
     def close(self) -> None:
+        """Free the switch (no loop may run in it); its counters stay readable, every
+        other call is then a no-op."""
         if self.handle:
+            self._final = self.counters()
             self.lib.dlc_switch_free(self.handle)
             self.handle = 0
 
     # -- jobs ----------------------------------------------------------------------------
     def add_job(self, spec: JobSpec) -> None:
+        if not self.handle:
+            raise ValueError("the native switch is closed")
         n = len(spec.addresses)
         ips = (C.c_uint32 * n)(*[ip_int(h) for h, _ in spec.addresses])
         ports = (C.c_uint16 * n)(*[p for _, p in spec.addresses])
@@ -85,12 +91,16 @@ class Core:
             raise ValueError(f"the native dataplane refused job {spec.job_id}")
 
     def remove_job(self, job_id: int) -> None:
-        self.lib.dlc_job_remove(self.handle, job_id)
+        if self.handle:
+            self.lib.dlc_job_remove(self.handle, job_id)
 
     def set_live(self, job_id: int, live: bool = True) -> None:
-        self.lib.dlc_job_set_live(self.handle, job_id, int(live))
+        if self.handle:
+            self.lib.dlc_job_set_live(self.handle, job_id, int(live))
 
     def info(self, job_id: int, now: float) -> JobInfo | None:
+        if not self.handle:
+            return None
         counters = (C.c_uint64 * len(self.names))()
         last, since = C.c_double(), C.c_double()
         failure = C.create_string_buffer(512)
@@ -107,6 +117,8 @@ class Core:
                        failure.value.decode(errors="replace"), wait)
 
     def take_failures(self, timeout_s: float) -> list[int]:
+        if not self.handle:
+            return []
         ids = (C.c_uint16 * 256)()
         n = self.lib.dlc_take_failures(self.handle, ids, 256, int(timeout_s * 1000))
         return list(ids[:n])
@@ -121,6 +133,8 @@ class Core:
         return n, (ip_str(ip.value), port.value) if n > 0 else ("", 0)
 
     def counters(self) -> dict[str, int]:
+        if not self.handle:
+            return dict(self._final)
         out = (C.c_uint64 * len(self.names))()
         self.lib.dlc_counters(self.handle, out)
         return {n: v for n, v in zip(self.names, out) if v}
@@ -134,7 +148,8 @@ class Core:
         return cpu.value / 1e9
 
     def stop(self) -> None:
-        self.lib.dlc_stop(self.handle)
+        if self.handle:
+            self.lib.dlc_stop(self.handle)
 
 
 class Probe:

@@ -58,18 +58,24 @@ def _limit_options(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--token-file", help="Admin token for registration and stats (required beyond "
               "loopback; created with a random token if missing).")
 @click.option("--metrics", help="HOST:PORT to export counters in the Prometheus text format.")
+@click.option("--dataplane", type=click.Choice(["native", "python"]), default="native",
+              show_default=True, envvar="DLCOMM_DATAPLANE",
+              help="The packet loop: C (threads, batched system calls) or the Python "
+                   "specification ($DLCOMM_DATAPLANE).")
+@click.option("--threads", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Native packet threads (sockets sharing the port: SO_REUSEPORT).")
 @_limit_options
 @click.option("--stats-file", help="Write the final counters (JSON) here on exit.")
 @click.option("--quiet", is_flag=True, help="Do not print the listening address.")
 def switch_serve(bind: str, slots: int, max_k: int | None, drop_rate: float, seed: int,
                  job_timeout_s: float, cert: str | None, key: str | None,
                  token_file: str | None, metrics: str | None, stats_file: str | None,
-                 quiet: bool, **limits: int) -> None:
+                 quiet: bool, dataplane: str, threads: int, **limits: int) -> None:
     """Run the switch until SIGINT/SIGTERM (a fatal error: one line, exit code 1)."""
     from dlcomm.switch.daemon import serve
 
     serve(bind, slots, max_k, drop_rate, seed, job_timeout_s, cert, key, token_file,
-          metrics, stats_file, quiet, limits)
+          metrics, stats_file, quiet, limits, dataplane, threads)
 
 
 @switch.command("stats")

@@ -34,7 +34,7 @@ def _limits(options: dict[str, int]) -> Limits:
 def serve(bind: str, slots: int, max_k: int | None, drop_rate: float, seed: int,
           job_timeout_s: float, cert: str | None, key: str | None, token_file: str | None,
           metrics: str | None, stats_file: str | None, quiet: bool,
-          limit_options: dict[str, int]) -> None:
+          limit_options: dict[str, int], dataplane: str = "native", threads: int = 1) -> None:
     from dlcomm.switch.server import SwitchServer
 
     (host, port), = parse_addresses(bind, any_port=True)
@@ -42,6 +42,8 @@ def serve(bind: str, slots: int, max_k: int | None, drop_rate: float, seed: int,
         raise ConfigError(f"--slots must be >= 1, got {slots}")
     if not 0 <= drop_rate < 1:
         raise ConfigError(f"--drop-rate must be in [0, 1), got {drop_rate}")
+    if threads > 1 and dataplane != "native":
+        raise ConfigError("--threads above 1 needs --dataplane native")
     if needs_token(host) and not token_file:
         raise ConfigError(f"--token-file is required when the switch listens beyond "
                           f"loopback ({host})")
@@ -52,7 +54,7 @@ def serve(bind: str, slots: int, max_k: int | None, drop_rate: float, seed: int,
         raise ConfigError(f"switch identity: {exc}") from exc
     try:
         server = SwitchServer(host, port, ident, slots, max_k, drop_rate, seed, job_timeout_s,
-                              token, _limits(limit_options))
+                              token, _limits(limit_options), dataplane, threads)
     except OSError as exc:
         raise ConfigError(f"cannot listen on {bind}: {exc.strerror or exc}") from exc
     if metrics:
@@ -66,7 +68,8 @@ def serve(bind: str, slots: int, max_k: int | None, drop_rate: float, seed: int,
     signal.signal(signal.SIGINT, stop)
     if not quiet:
         print(f"{LISTENING} {server.address[0]}:{server.address[1]} ({slots} slots, "
-              f"sha256 {ident.fingerprint})", file=sys.stderr, flush=True)
+              f"{dataplane} dataplane x{threads}, sha256 {ident.fingerprint})",
+              file=sys.stderr, flush=True)
     try:
         server.run()
     except BaseException as exc:

@@ -19,7 +19,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlcomm.sockets import set_buffers
 from dlcomm.switch.control import ControlPlane, line_limit
@@ -29,14 +29,28 @@ from dlcomm.switch.registrations import Limits, SwitchState
 from dlcomm.switch.security import Identity
 from dlcomm.wire.packet import max_elements
 
-__all__ = ["SwitchServer"]
+if TYPE_CHECKING:
+    from dlcomm.native.switch import Core
+    from dlcomm.switch.native_loop import NativeLoop
+
+__all__ = ["SwitchServer", "DATAPLANES"]
+
+DATAPLANES = ("native", "python")
 
 
-def _bind_pair(host: str, port: int, attempts: int = 32) -> tuple[socket.socket, socket.socket]:
+def _udp(reuse_port: bool) -> socket.socket:
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    if reuse_port:
+        udp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    return udp
+
+
+def _bind_pair(host: str, port: int, reuse_port: bool = False,
+               attempts: int = 32) -> tuple[socket.socket, socket.socket]:
     """A UDP socket and a TCP listener on the same port of ``host``. With port 0 the kernel
     picks the UDP port, which may be taken for TCP: then another one is tried."""
     for _ in range(attempts if port == 0 else 1):
-        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        udp = _udp(reuse_port)
         try:
             set_buffers(udp)
             udp.bind((host, port))
@@ -53,22 +67,44 @@ class SwitchServer:
     def __init__(self, host: str, port: int, identity: Identity, slots: int = 1024,
                  max_k: int | None = None, drop_rate: float = 0.0, seed: int = 0,
                  job_timeout_s: float = 600.0, token: str | None = None,
-                 limits: Limits = Limits()) -> None:
+                 limits: Limits = Limits(), dataplane: str = "native", threads: int = 1) -> None:
         if not 0 <= drop_rate < 1:
             raise ValueError(f"drop rate must be in [0, 1), got {drop_rate}")
+        if dataplane not in DATAPLANES:
+            raise ValueError(f"the dataplane is one of {', '.join(DATAPLANES)}, got {dataplane}")
+        if not 1 <= threads <= 64 or (threads > 1 and dataplane != "native"):
+            raise ValueError(f"threads must be 1..64 (more than 1 with the native dataplane "
+                             f"only), got {threads}")
         table = JobTable(slots, max_k or max_elements())
-        self.state = SwitchState(table, Dataplane(table))
+        self.core: Core | None = None
+        if dataplane == "native":
+            from dlcomm.native.switch import Core
+            from dlcomm.switch.native_dataplane import NativeDataplane
+
+            self.core = Core()
+            self.state = SwitchState(table, NativeDataplane(table, self.core))
+        else:
+            self.state = SwitchState(table, Dataplane(table))
+        self.dataplane = dataplane
         self.identity = identity
         self.drop_rate = drop_rate
         self.rng = random.Random(seed)
         self.timing: dict[str, float] = {"recv_s": 0.0, "dataplane_s": 0.0, "send_s": 0.0}
         self.started = time.time()
-        self.udp, self.tcp = _bind_pair(host, port)
-        if host not in ("0.0.0.0", ""):  # results to multicast groups leave through HOST
-            self.udp.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(host))
-        self.udp.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
-        self.udp.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 0)
+        self.udp, self.tcp = _bind_pair(host, port, reuse_port=threads > 1)
         self.address: tuple[str, int] = self.udp.getsockname()
+        self.sockets = [self.udp]
+        for _ in range(threads - 1):
+            extra = _udp(True)
+            set_buffers(extra)
+            extra.bind(self.address)
+            self.sockets.append(extra)
+        for udp in self.sockets:
+            if host not in ("0.0.0.0", ""):  # results to multicast groups leave through HOST
+                udp.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(host))
+            udp.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
+            udp.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 0)
+        self.native_loop: NativeLoop | None = None
         self.control = ControlPlane(self.state, self._send_udp, token, limits, job_timeout_s,
                                     self.stats)
         self._stop = threading.Event()
@@ -92,6 +128,17 @@ class SwitchServer:
         self.udp.sendto(data, addr)
 
     # -- packets -----------------------------------------------------------------------
+    def serve_native(self) -> None:
+        """The packet loops in C (:mod:`dlcomm.switch.native_loop`)."""
+        from dlcomm.switch.native_loop import NativeLoop
+
+        assert self.core is not None
+        self.native_loop = NativeLoop(self.core, self.state, self.sockets, self.drop_rate,
+                                      self.rng.randrange(1 << 30),
+                                      lambda: self._call_control(self.control.tell_failures),
+                                      self._stop)
+        self.native_loop.run()
+
     def serve_packets(self) -> None:
         """The hot loop. It also times its three parts (a few perf_counter calls per
         packet), so that the counters say where the switch's time goes: waiting in and
@@ -176,14 +223,14 @@ class SwitchServer:
     # -- lifecycle ------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         with self.state.lock:
-            table = self.state.table
+            table, dp = self.state.table, self.state.dataplane
+            now = time.monotonic()
+            dp.sync(now)
             jobs = {str(j.job_id): {"name": j.name, "workers": j.workers, "live": j.live,
                                     "slots": j.slot_count, "k": j.k, "failure": j.failure,
-                                    "waiting": self.state.dataplane.waiting(j.job_id,
-                                                                            time.monotonic()),
-                                    **j.counters}
+                                    "waiting": dp.waiting(j.job_id, now), **j.counters}
                     for j in table.jobs.values()}
-            counters = dict(self.state.dataplane.counters)
+            counters = dp.all_counters()
             slots_in_use = table.slots_in_use()
         counters.update(self.state.counters)
         return {"address": f"{self.address[0]}:{self.address[1]}", "counters": counters,
@@ -191,7 +238,9 @@ class SwitchServer:
                 "jobs": jobs, "control": self.control.stats_of_jobs(),
                 "uptime_s": time.time() - self.started, "cpu_s": time.process_time(),
                 "time_s": {k: round(v, 6) for k, v in self.timing.items()},
-                "drop_rate": self.drop_rate, "fingerprint": self.identity.fingerprint}
+                "drop_rate": self.drop_rate, "fingerprint": self.identity.fingerprint,
+                "dataplane": self.dataplane,
+                **({"native": self.native_loop.stats()} if self.native_loop else {})}
 
     def run(self) -> None:
         """Serve until :meth:`stop`; raise what ended the control plane, if anything did."""
@@ -201,10 +250,14 @@ class SwitchServer:
         control.start()
         ready.wait()
         try:
-            self.serve_packets()
+            if self.core is not None:
+                self.serve_native()
+            else:
+                self.serve_packets()
         finally:
             self.stop()
             control.join(timeout=5)
+            self.close_sockets()
         if self.fatal is not None:
             raise self.fatal
 
@@ -214,6 +267,13 @@ class SwitchServer:
         if loop is not None and flag is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(flag.set)
-        with contextlib.suppress(OSError):
-            self.udp.close()
+        if self.core is not None:
+            self.core.stop()
+        if self.native_loop is None:   # the native loop closes them once its threads ended
+            self.close_sockets()
+
+    def close_sockets(self) -> None:
+        for udp in self.sockets:
+            with contextlib.suppress(OSError):
+                udp.close()
 

@@ -389,9 +389,9 @@ int dlc_process(dlc_ctx *ctx, uint8_t *data, size_t len, uint32_t ip, uint16_t p
     pthread_rwlock_rdlock(&sw->lock);
     dlc_job *job = hdr.magic == DLC_MAGIC ? sw->jobs[hdr.job] : NULL;
     if (job && job->python) {
-        dlc_slow_push(sw, data, len, ip, port);
+        int full = dlc_slow_push(sw, data, len, ip, port);
         pthread_rwlock_unlock(&sw->lock);
-        ctx->counters[C_slow_path]++;
+        ctx->counters[full ? C_drop_slow_full : C_slow_path]++;
         return -1;
     }
     ctx->counters[C_packets_in]++;

@@ -43,7 +43,11 @@ int dlc_counter_count(void) { return C_COUNT; }
 dlc_switch *dlc_switch_new(void) {
     dlc_switch *sw = calloc(1, sizeof *sw);
     if (!sw) return NULL;
-    pthread_rwlock_init(&sw->lock, NULL);
+    pthread_rwlockattr_t attr;   /* writers first: control never waits behind packets */
+    pthread_rwlockattr_init(&attr);
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&sw->lock, &attr);
+    pthread_rwlockattr_destroy(&attr);
     pthread_mutex_init(&sw->ctx_mu, NULL);
     pthread_mutex_init(&sw->fail_mu, NULL);
     pthread_cond_init(&sw->fail_cv, NULL);
@@ -196,11 +200,11 @@ int dlc_take_failures(dlc_switch *sw, uint16_t *ids, int cap, int timeout_ms) {
 }
 
 /* -- the slow path ---------------------------------------------------------------------- */
-void dlc_slow_push(dlc_switch *sw, const uint8_t *data, size_t len, uint32_t ip, uint16_t port) {
+int dlc_slow_push(dlc_switch *sw, const uint8_t *data, size_t len, uint32_t ip, uint16_t port) {
     pthread_mutex_lock(&sw->slow_mu);
     if (sw->slow_bytes + len > SLOW_MAX_BYTES) {
         pthread_mutex_unlock(&sw->slow_mu);
-        return;   /* counted by the caller's context as slow_path; the queue is full */
+        return -1;   /* the Python dataplane is behind: a drop, as a full socket buffer */
     }
     struct dlc_slow *s = malloc(sizeof *s + len);
     if (s) {
@@ -212,6 +216,7 @@ void dlc_slow_push(dlc_switch *sw, const uint8_t *data, size_t len, uint32_t ip,
         pthread_cond_signal(&sw->slow_cv);
     }
     pthread_mutex_unlock(&sw->slow_mu);
+    return s ? 0 : -1;
 }
 
 /* The next slow-path datagram (its length), 0 after timeout_ms, -1 once stopping. */

@@ -1,0 +1,112 @@
+"""The switch's packets served by native code: threads in C, and two small Python loops.
+
+- ``threads`` packet loops (:meth:`dlcomm.native.switch.Core.serve`), one per UDP socket;
+  the sockets share the switch's port (SO_REUSEPORT: the kernel spreads the workers' flows
+  over them) and the C code runs without the GIL;
+- the slow path: datagrams of the jobs the Python dataplane serves (sparse jobs, jobs of
+  more than 64 workers) come up one at a time and are answered from Python, as
+  :meth:`dlcomm.switch.server.SwitchServer.serve_packets` does;
+- the watcher: every 0.1 s (at once when a job fails) it brings the native jobs' objects up
+  to date (counters, last packet, failure), so the janitor, statistics and failure events
+  of the control plane work as with the Python dataplane.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from random import Random
+from typing import Any
+
+from dlcomm.native.switch import Core
+from dlcomm.switch.registrations import SwitchState
+
+__all__ = ["NativeLoop"]
+
+
+class NativeLoop:
+    def __init__(self, core: Core, state: SwitchState, sockets: list[socket.socket],
+                 drop_rate: float, seed: int, tell_failures: Callable[[], None],
+                 stopped: threading.Event) -> None:
+        self.core, self.state, self.sockets = core, state, sockets
+        self.drop_rate, self.seed = drop_rate, seed
+        self.tell_failures, self.stopped = tell_failures, stopped
+        self.cpu_s: list[float] = [0.0] * len(sockets)
+        self._logged: set[str] = set()
+
+    def _count(self, reason: str, detail: str) -> None:
+        self.state.counters[reason] += 1
+        if reason not in self._logged:
+            self._logged.add(reason)
+            print(f"dlcomm switch: {detail} (counted as {reason}; later ones are only "
+                  "counted)", file=sys.stderr, flush=True)
+
+    def _packets(self, index: int) -> None:
+        self.cpu_s[index] = self.core.serve(self.sockets[index].fileno(), self.drop_rate,
+                                            self.seed * 1000 + index)
+
+    def _slow_path(self) -> None:
+        buf = bytearray(1 << 16)
+        view = memoryview(buf)
+        state, sock, rng = self.state, self.sockets[0], Random(self.seed)
+        while not self.stopped.is_set():
+            n, src = self.core.slow_next(buf, 0.2)
+            if n < 0:
+                return
+            if n == 0:
+                continue
+            if self.drop_rate and rng.random() < self.drop_rate:
+                state.counters["drop_injected_in"] += 1
+                continue
+            try:
+                with state.lock:
+                    outputs = state.dataplane.on_datagram(view[:n], src, time.monotonic())
+            except Exception as exc:  # noqa: BLE001 (no datagram may end the loop)
+                self._count("dataplane_errors", f"a datagram raised {exc!r}")
+                continue
+            if state.dataplane.failures:
+                self.tell_failures()
+            for addr, parts in outputs:
+                if self.drop_rate and rng.random() < self.drop_rate:
+                    state.counters["drop_injected_out"] += 1
+                    continue
+                try:
+                    sent = sock.sendmsg(parts, [], 0, addr)
+                except OSError as exc:
+                    self._count("send_errors", f"sending to {addr} failed: {exc}")
+                    continue
+                state.counters["packets_out"] += 1
+                state.counters["bytes_out"] += sent
+
+    def _watch(self) -> None:
+        while not self.stopped.is_set():
+            self.core.take_failures(0.1)
+            with self.state.lock:
+                failed = self.state.dataplane.sync(time.monotonic())
+            if failed:
+                self.tell_failures()
+
+    def run(self) -> None:
+        """Serve until ``stopped`` is set (then :meth:`Core.stop` ends the C loops)."""
+        threads = [threading.Thread(target=self._packets, args=(i,), daemon=True,
+                                    name=f"dlcomm-switch-native-{i}")
+                   for i in range(len(self.sockets))]
+        threads += [threading.Thread(target=self._slow_path, daemon=True,
+                                     name="dlcomm-switch-slow-path")]
+        for thread in threads:
+            thread.start()
+        try:
+            self._watch()
+        finally:
+            self.core.stop()
+            for thread in threads:
+                thread.join(timeout=5)
+            if not any(t.is_alive() for t in threads):
+                with self.state.lock:
+                    self.core.close()   # nothing runs in it any more
+
+    def stats(self) -> dict[str, Any]:
+        return {"threads": len(self.sockets), "thread_cpu_s": [round(c, 6) for c in self.cpu_s]}
