@@ -11,7 +11,7 @@ setup(ext_modules=[Extension(
     "dlcomm.native._dlc",
     sources=sorted(str(p) for p in CSRC.glob("*.c")),
     depends=sorted(str(p) for p in CSRC.glob("*.h")),
-    libraries=["crypto"],
+    libraries=["crypto", "m"],
     define_macros=[("_GNU_SOURCE", None)],
     extra_compile_args=["-std=c11", "-O3", "-Wall", "-Wextra", "-Werror=implicit-function-declaration"],
 )])

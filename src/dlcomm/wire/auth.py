@@ -24,7 +24,7 @@ about 50 us and a keyed BLAKE2b about 140 us (``dlcomm bench auth``; docs/securi
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -32,8 +32,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 __all__ = ["AUTH_NONE", "AUTH_MAC", "AUTH_ENCRYPT", "AUTH_MODES", "AUTH_NAMES", "TAG_SIZE",
-           "SECRET_SIZE", "JobKeys", "key_bytes", "all_key_bytes", "ReplayWindow", "Forged", "seal", "unseal",
-           "STREAM_UP", "STREAM_DOWN", "STREAM_RESULT"]
+           "SECRET_SIZE", "JobKeys", "key_bytes", "all_key_bytes", "ReplayWindow", "Forged",
+           "seal", "unseal", "STREAM_UP", "STREAM_DOWN", "STREAM_RESULT"]
 
 AUTH_NONE, AUTH_MAC, AUTH_ENCRYPT = 0, 1, 2
 AUTH_MODES = {"none": AUTH_NONE, "authenticated": AUTH_MAC, "encrypted": AUTH_ENCRYPT}
@@ -61,10 +61,6 @@ def all_key_bytes(secret: bytes, job: int, workers: int) -> bytes:
                     [key_bytes(secret, job, b"result")])
 
 
-def _derive(secret: bytes, job: int, label: bytes) -> AESGCM:
-    return AESGCM(key_bytes(secret, job, label))
-
-
 @dataclass(frozen=True)
 class JobKeys:
     """One job's packet keys (what a worker holds: its own up and down keys and the result
@@ -74,6 +70,8 @@ class JobKeys:
     up: dict[int, AESGCM]       # rank -> key of its packets to the switch
     down: dict[int, AESGCM]     # rank -> key of the switch's packets to it alone
     result: AESGCM | None       # key of results (every worker)
+    # the same keys as bytes, by label ("up R", "down R", "result"): for the native code
+    material: dict[str, bytes] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def derive(cls, secret: bytes, job: int, mode: int, ranks: range | list[int]) -> JobKeys:
@@ -84,9 +82,11 @@ class JobKeys:
             return cls(mode, {}, {}, None)
         if len(secret) != SECRET_SIZE:
             raise ValueError(f"a job secret has {SECRET_SIZE} bytes, got {len(secret)}")
-        return cls(mode, {r: _derive(secret, job, b"up %d" % r) for r in ranks},
-                   {r: _derive(secret, job, b"down %d" % r) for r in ranks},
-                   _derive(secret, job, b"result"))
+        labels = [f"{d} {r}" for r in ranks for d in ("up", "down")] + ["result"]
+        material = {label: key_bytes(secret, job, label.encode()) for label in labels}
+        aead = {label: AESGCM(key) for label, key in material.items()}
+        return cls(mode, {r: aead[f"up {r}"] for r in ranks},
+                   {r: aead[f"down {r}"] for r in ranks}, aead["result"], material)
 
 
 def seal(key: AESGCM, mode: int, stream: int, counter: int, packed: bytes | memoryview,

@@ -1,0 +1,590 @@
+/* The worker's side of the aggregation protocol: dlcomm/exchange/switch/window.py's
+ * AllreduceOp (dense rounds), rule for rule, fused with quantization: each chunk is
+ * quantized straight into its packet and each result dequantized straight out of the
+ * received datagram. A pure state machine (begin, on_datagram, on_timeout: outputs to send)
+ * and a socket loop around it (dlc_client_run: batched receives, no GIL). */
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "dlc.h"
+
+#define MAX_SHARDS 16
+#define RTT_WINDOW 128
+#define RX_BATCH 16
+#define CL_MAX_OUTS 1024
+
+typedef struct {
+    uint32_t ip; uint16_t port, job; int slots; uint8_t up[16], down[16], result[16];
+    uint64_t up_next; dlc_window w_result, w_down; uint64_t *seqs;
+} cl_shard;
+
+typedef struct {
+    int index, shard, slot, chunk; uint64_t seq; int e_used;
+    uint16_t numel; uint32_t tsi; int16_t exp_announced;
+    double sent_at, deadline; int retries, done, has_missing, complete_seen, probed, waits;
+    uint64_t missing;
+    uint8_t *pkt;      /* header room, the quantized chunk, tag room */
+} cl_pos;
+
+typedef struct {
+    int fd, rank, workers, k, auth, nshards; int32_t limit; int log2n;
+    double init_to, min_to, max_to, deadline_s, drop_rate; uint64_t rng;
+    cl_shard shards[MAX_SHARDS];
+    double samples[RTT_WINDOW]; int nsamples, head, fresh, have_srtt; double srtt, median;
+    dlc_crypto *crypto;
+    /* the op */
+    const float *data; float *out; size_t n; int chunks, npos, active; int32_t *exps;
+    cl_pos *pos; double last_progress; int error_kind; long error_arg;
+    char error_text[512]; int error_shard;
+    /* outputs of the pure API / the loop's batch */
+    dlc_out outs[CL_MAX_OUTS]; int nouts; uint8_t *scratch; size_t used, cap; int pure;
+    uint64_t stats[8];   /* sent, bytes sent, received, bytes received, retransmissions,
+                            probes, rejected, drops injected */
+    uint8_t *rx;
+} dlc_client;
+
+enum { S_SENT, S_BSENT, S_RECV, S_BRECV, S_RETX, S_PROBES, S_REJECTED, S_DROPS };
+enum { E_NONE, E_SWITCH, E_NONFINITE, E_STUCK, E_NO_ANSWER };
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void rtt_sample(dlc_client *c, double rtt) {
+    c->samples[c->head] = rtt;
+    c->head = (c->head + 1) % RTT_WINDOW;
+    if (c->nsamples < RTT_WINDOW) c->nsamples++;
+    c->srtt = c->have_srtt ? 0.875 * c->srtt + 0.125 * rtt : rtt;
+    c->have_srtt = 1;
+    c->fresh++;
+    if (c->fresh >= 16 || c->nsamples < 16) {   /* numpy's median: the mean of the middle two */
+        double s[RTT_WINDOW];
+        c->fresh = 0;
+        memcpy(s, c->samples, sizeof(double) * (size_t)c->nsamples);
+        qsort(s, (size_t)c->nsamples, sizeof(double), cmp_double);
+        int m = c->nsamples;
+        c->median = m % 2 ? s[m / 2] : (s[m / 2 - 1] + s[m / 2]) / 2;
+    }
+}
+
+static double rtt_timeout(const dlc_client *c, int backoff) {
+    double base = c->init_to;
+    if (c->nsamples) {
+        double lo = c->samples[0];
+        for (int i = 1; i < c->nsamples; i++) lo = c->samples[i] < lo ? c->samples[i] : lo;
+        base = fmax(4.0 * lo, 2.0 * c->median);
+    }
+    return fmin(c->max_to, fmax(c->min_to, base) * ldexp(1.0, backoff));
+}
+
+dlc_client *dlc_client_new(int fd, int rank, int workers, int k, int auth, double init_to,
+                           double min_to, double max_to, double deadline_s, double drop_rate,
+                           uint64_t seed) {
+    if (workers < 1 || workers > DLC_MAX_WORKERS || rank < 0 || rank >= workers || k < 1 ||
+        k > (DLC_MAX_DGRAM - DLC_HDR - DLC_TAG) / 4)
+        return NULL;
+    dlc_client *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->fd = fd; c->rank = rank; c->workers = workers; c->k = k; c->auth = auth;
+    c->init_to = init_to; c->min_to = min_to; c->max_to = max_to; c->deadline_s = deadline_s;
+    c->drop_rate = drop_rate; c->rng = seed * 0x9E3779B97F4A7C15ull + 7;
+    c->log2n = 1;
+    while ((1 << c->log2n) < workers) c->log2n++;
+    c->limit = (int32_t)((1u << (31 - c->log2n)) - 1);
+    c->crypto = dlc_crypto_new();
+    c->cap = (size_t)CL_MAX_OUTS * 128 + 8 * 65600;
+    c->scratch = malloc(c->cap);
+    c->rx = malloc((size_t)RX_BATCH * 65536);
+    if (!c->crypto || !c->scratch || !c->rx) { free(c->scratch); free(c->rx); free(c); return NULL; }
+    return c;
+}
+
+static void op_free(dlc_client *c) {
+    if (c->pos) for (int i = 0; i < c->npos; i++) free(c->pos[i].pkt);
+    free(c->pos); free(c->exps);
+    c->pos = NULL; c->exps = NULL; c->npos = 0; c->active = 0;
+}
+
+void dlc_client_free(dlc_client *c) {
+    if (!c) return;
+    op_free(c);
+    for (int s = 0; s < c->nshards; s++) free(c->shards[s].seqs);
+    dlc_crypto_free(c->crypto);
+    free(c->scratch); free(c->rx); free(c);
+}
+
+/* keys: up, down, result (48 bytes; ignored in mode none). */
+int dlc_client_shard(dlc_client *c, uint32_t ip, uint16_t port, uint16_t job, int slots,
+                     const uint8_t *keys) {
+    if (c->nshards >= MAX_SHARDS || slots < 1) return -1;
+    cl_shard *s = &c->shards[c->nshards];
+    memset(s, 0, sizeof *s);
+    s->ip = ip; s->port = port; s->job = job; s->slots = slots;
+    s->seqs = calloc((size_t)slots, 8);
+    if (!s->seqs) return -1;
+    if (c->auth != AUTH_NONE) { memcpy(s->up, keys, 16); memcpy(s->down, keys + 16, 16); memcpy(s->result, keys + 32, 16); }
+    return c->nshards++;
+}
+
+/* -- quantization (wire/quant.py), written for the vectoriser --------------------------- */
+static int32_t chunk_exp(const float *x, size_t n) {
+    float peak = 0.0f, poison = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        peak = a > peak ? a : peak;
+        poison += x[i] * 0.0f;        /* NaN if some x is NaN or infinite */
+    }
+    if (poison != poison) return EXP_NONFINITE;
+    if (peak == 0.0f) return EXP_ZERO;
+    int e;
+    frexp((double)peak, &e);
+    return e;
+}
+
+static void quantize_into(int32_t *q, const float *x, size_t n, int e_max, int log2n,
+                          int32_t limit) {
+    if (e_max == EXP_ZERO) { memset(q, 0, 4 * n); return; }
+    const double scale = ldexp(1.0, 31 - log2n - e_max);   /* exact: a power of two */
+    const double lim = (double)limit;
+    for (size_t i = 0; i < n; i++) {
+        double v = rint((double)x[i] * scale);
+        v = v > lim ? lim : v;
+        v = v < -lim ? -lim : v;
+        q[i] = (int32_t)v;
+    }
+}
+
+static void dequantize_into(float *out, const int32_t *t, size_t n, int e_max, int log2n) {
+    if (e_max == EXP_ZERO) { memset(out, 0, 4 * n); return; }
+    const double scale = ldexp(1.0, e_max + log2n - 31);
+    for (size_t i = 0; i < n; i++) out[i] = (float)((double)(float)t[i] * scale);
+}
+
+/* -- sending ---------------------------------------------------------------------------- */
+static int flush(dlc_client *c);
+
+static void push(dlc_client *c, const cl_shard *s, uint8_t *buf, size_t len) {
+    if (c->nouts >= CL_MAX_OUTS && c->fd >= 0) flush(c);   /* the loop: send what is ready */
+    if (c->nouts >= CL_MAX_OUTS) return;
+    dlc_out *o = &c->outs[c->nouts++];
+    o->ip = s->ip; o->port = s->port; o->niov = 1;
+    o->iov[0].iov_base = buf; o->iov[0].iov_len = len;
+}
+
+/* Seal buf (header room, body) into out (== buf but in mode encrypted, whose ciphertext
+ * must not overwrite a payload that may be sent again). */
+static size_t seal_packet(dlc_client *c, cl_shard *s, uint8_t *buf, dlc_hdr *h, size_t body,
+                          uint8_t *out) {
+    h->magic = DLC_MAGIC; h->version = DLC_VERSION; h->type = T_DATA; h->job = s->job;
+    h->worker = (uint16_t)c->rank; h->resv = 0; h->counter = s->up_next++;
+    dlc_hdr_pack(buf, h);
+    size_t len = DLC_HDR + body;
+    if (c->auth == AUTH_NONE) return len;
+    if (out != buf) memcpy(out, buf, DLC_HDR);
+    dlc_seal(c->crypto, s->up, c->auth, STREAM_UP, h->counter, buf, len, out, out + len);
+    return len + DLC_TAG;
+}
+
+static void send_pos(dlc_client *c, cl_pos *p, double now, int probe) {
+    cl_shard *s = &c->shards[p->shard];
+    p->sent_at = now;
+    p->deadline = now + rtt_timeout(c, p->retries);
+    dlc_hdr h = {.slot = (uint16_t)p->slot, .numel = p->numel, .seq = (uint32_t)p->seq,
+                 .tsi = p->tsi, .exp = p->exp_announced};
+    if (probe) {
+        p->probed = 1;
+        int resend = p->complete_seen;
+        h.flags = F_PROBE | (resend ? F_RESEND : 0);
+        size_t pad = resend ? 4u * p->numel : (size_t)(c->workers + 7) / 8;
+        if (c->used + DLC_HDR + pad + DLC_TAG > c->cap - 65600) return;
+        uint8_t *buf = c->scratch + c->used;
+        memset(buf + DLC_HDR, 0, pad);
+        size_t len = seal_packet(c, s, buf, &h, pad, buf);
+        c->used += len;
+        push(c, s, buf, len);
+        return;
+    }
+    /* the packet's payload is in place; a retransmission is sealed anew (a new counter) */
+    uint8_t *out = p->pkt;
+    if (c->auth == AUTH_ENCRYPT) {
+        if (c->used + DLC_HDR + 4u * p->numel + DLC_TAG > c->cap - 65600) return;
+        out = c->scratch + c->used;
+        c->used += DLC_HDR + 4u * p->numel + DLC_TAG;
+    }
+    size_t len = seal_packet(c, s, p->pkt, &h, 4u * p->numel, out);
+    push(c, s, out, len);
+}
+
+static int next_exp(const dlc_client *c, int chunk) {
+    return chunk < c->chunks ? c->exps[chunk] : EXP_ZERO;
+}
+
+static void arm(dlc_client *c, cl_pos *p, int chunk, int e_max, double now) {
+    cl_shard *s = &c->shards[p->shard];
+    p->seq = s->seqs[p->slot]++;
+    p->retries = 0; p->has_missing = 0; p->missing = 0; p->complete_seen = 0; p->probed = 0;
+    p->waits = 0;
+    if (chunk < 0) {
+        p->chunk = -1; p->numel = 0; p->tsi = (uint32_t)(c->n & 0xFFFFFFFFu);
+        p->exp_announced = (int16_t)next_exp(c, p->index);
+    } else {
+        size_t lo = (size_t)chunk * (size_t)c->k, hi = lo + (size_t)c->k;
+        if (hi > c->n) hi = c->n;
+        p->chunk = chunk; p->e_used = e_max;
+        quantize_into((int32_t *)(void *)(p->pkt + DLC_HDR), c->data + lo, hi - lo, e_max,
+                      c->log2n, c->limit);
+        p->numel = (uint16_t)(hi - lo); p->tsi = (uint32_t)lo;
+        p->exp_announced = (int16_t)next_exp(c, chunk + c->npos);
+    }
+    send_pos(c, p, now, 0);
+}
+
+/* Begin summing data[0:n] into out (which may be data). Outputs: the exponent rounds. */
+int dlc_client_begin(dlc_client *c, const float *data, float *out, size_t n, double now) {
+    op_free(c);
+    c->data = data; c->out = out; c->n = n; c->nouts = 0; c->used = 0;
+    c->error_kind = E_NONE; c->error_text[0] = 0;
+    c->chunks = (int)((n + (size_t)c->k - 1) / (size_t)c->k);
+    c->exps = malloc(sizeof(int32_t) * (size_t)(c->chunks ? c->chunks : 1));
+    if (!c->exps) return -1;
+    for (int j = 0; j < c->chunks; j++) {
+        size_t lo = (size_t)j * (size_t)c->k, hi = lo + (size_t)c->k;
+        c->exps[j] = chunk_exp(data + lo, (hi > n ? n : hi) - lo);
+    }
+    int maxslots = 0;
+    for (int s = 0; s < c->nshards; s++) maxslots = c->shards[s].slots > maxslots ? c->shards[s].slots : maxslots;
+    c->pos = calloc((size_t)maxslots * (size_t)c->nshards + 1, sizeof *c->pos);
+    if (!c->pos) return -1;
+    int np = 0;
+    for (int slot = 0; slot < maxslots && np < c->chunks; slot++)
+        for (int s = 0; s < c->nshards && np < c->chunks; s++)
+            if (slot < c->shards[s].slots) {
+                cl_pos *p = &c->pos[np];
+                p->index = np; p->shard = s; p->slot = slot;
+                p->pkt = malloc(DLC_HDR + 4u * (size_t)c->k + DLC_TAG);
+                if (!p->pkt) { c->npos = np; return -1; }
+                np++;
+            }
+    c->npos = np;
+    size_t need = 2 * (size_t)np * (DLC_HDR + 4u * (size_t)c->k + DLC_TAG) +
+                  (size_t)CL_MAX_OUTS * 128 + 2 * 65600;
+    if (need > c->cap) {   /* room for every position's packet twice (encrypted copies) */
+        uint8_t *bigger = realloc(c->scratch, need);
+        if (!bigger) return -1;
+        c->scratch = bigger; c->cap = need;
+    }
+    c->active = 1;
+    c->last_progress = now;
+    for (int i = 0; i < c->npos; i++) arm(c, &c->pos[i], -1, EXP_ZERO, now);
+    return 0;
+}
+
+void dlc_client_allow_skew(dlc_client *c, double seconds) {
+    for (int i = 0; i < c->npos; i++) c->pos[i].deadline += seconds;
+}
+
+int dlc_client_done(const dlc_client *c) {
+    if (c->error_kind != E_NONE) return -1;
+    for (int i = 0; i < c->npos; i++) if (!c->pos[i].done) return 0;
+    return 1;
+}
+
+double dlc_client_next_deadline(const dlc_client *c) {
+    double d = INFINITY;
+    for (int i = 0; i < c->npos; i++) if (!c->pos[i].done && c->pos[i].deadline < d) d = c->pos[i].deadline;
+    return d;
+}
+
+static void nonfinite(dlc_client *c) {
+    c->error_kind = E_NONFINITE;
+    c->error_arg = -1;
+    for (int j = 0; j < c->chunks; j++)
+        if (c->exps[j] == EXP_NONFINITE) { c->error_arg = (long)j * c->k; break; }
+}
+
+static void on_packet(dlc_client *c, int si, const dlc_hdr *h, const uint8_t *payload,
+                      size_t plen, double now) {
+    cl_pos *p = NULL;
+    for (int i = 0; i < c->npos; i++)
+        if (c->pos[i].shard == si && c->pos[i].slot == h->slot) { p = &c->pos[i]; break; }
+    if (!p || p->done || c->error_kind != E_NONE) return;
+    if (h->type == T_ERROR) {
+        size_t n = plen < sizeof c->error_text - 1 ? plen : sizeof c->error_text - 1;
+        memcpy(c->error_text, payload, n);
+        c->error_text[n] = 0;
+        c->error_arg = (long)n;
+        c->error_shard = si;
+        c->error_kind = E_SWITCH;
+        return;
+    }
+    if (h->seq != (uint32_t)p->seq) return;
+    if (h->type == T_STATUS) {
+        uint64_t m = 0;
+        memcpy(&m, payload, plen < 8 ? plen : 8);
+        p->missing = m; p->has_missing = 1;
+        p->complete_seen |= (h->flags & F_COMPLETE) != 0;
+        p->retries = 0;
+        if ((m >> c->rank) & 1) {
+            c->stats[S_RETX]++;
+            send_pos(c, p, now, 0);
+            return;
+        }
+        double wait;
+        if (p->complete_seen) {
+            wait = fmax(c->min_to, c->have_srtt ? c->srtt : 0.0);
+        } else {
+            p->waits++;
+            wait = rtt_timeout(c, p->waits < 2 ? p->waits : 2);
+        }
+        p->deadline = now + wait;
+        return;
+    }
+    if (h->type != T_RESULT) return;
+    if (h->exp == EXP_NONFINITE) { nonfinite(c); return; }
+    if ((h->flags & F_SPARSE) || h->numel != p->numel) return;
+    double sent_at = p->sent_at;
+    int probed = p->probed, nxt;
+    if (p->chunk >= 0) {
+        dequantize_into(c->out + p->tsi, (const int32_t *)(const void *)payload, h->numel,
+                        p->e_used, c->log2n);
+        nxt = p->chunk + c->npos;
+    } else {
+        nxt = p->index;
+    }
+    if (nxt >= c->chunks) p->done = 1;
+    else arm(c, p, nxt, h->exp, now);
+    if (!probed) rtt_sample(c, now - sent_at);
+    c->last_progress = now;
+}
+
+static const uint8_t *open_datagram(dlc_client *c, cl_shard *s, const dlc_hdr *h,
+                                    const uint8_t *buf, size_t len, size_t *plen) {
+    if (c->auth == AUTH_NONE) { *plen = len - DLC_HDR; return buf + DLC_HDR; }
+    if (h->worker != DLC_SWITCH_RANK) return NULL;
+    int result = h->type == T_RESULT;
+    uint8_t *plain = c->auth == AUTH_ENCRYPT ? c->scratch + c->cap - 65600 : NULL;
+    if (dlc_open(c->crypto, result ? s->result : s->down, c->auth,
+                 result ? STREAM_RESULT : STREAM_DOWN, h->counter, buf, len, plain))
+        return NULL;
+    if (!dlc_window_accept(result ? &s->w_result : &s->w_down, h->counter)) return NULL;
+    *plen = len - DLC_HDR - DLC_TAG;
+    return plain ? plain : buf + DLC_HDR;
+}
+
+/* A datagram from ip:port; what it makes this worker send goes to the outputs. */
+void dlc_client_on_datagram(dlc_client *c, const uint8_t *buf, size_t len, uint32_t ip,
+                            uint16_t port, double now) {
+    dlc_hdr h;
+    if (len < DLC_HDR) { c->stats[S_REJECTED]++; return; }
+    dlc_hdr_unpack(buf, &h);
+    if (h.magic != DLC_MAGIC || h.version != DLC_VERSION || h.type < T_DATA || h.type > T_CHALLENGE) {
+        c->stats[S_REJECTED]++;
+        return;
+    }
+    int si = -1;
+    for (int s = 0; s < c->nshards; s++)
+        if (c->shards[s].ip == ip && c->shards[s].port == port && c->shards[s].job == h.job) { si = s; break; }
+    size_t plen = 0;
+    const uint8_t *payload = si < 0 ? NULL : open_datagram(c, &c->shards[si], &h, buf, len, &plen);
+    if (!payload || ((h.type == T_DATA || h.type == T_RESULT) && !(h.flags & (F_SPARSE | F_PROBE)) &&
+                     plen != 4u * h.numel)) {
+        c->stats[S_REJECTED]++;
+        return;
+    }
+    on_packet(c, si, &h, payload, plen, now);
+}
+
+void dlc_client_on_timeout(dlc_client *c, double now) {
+    if (now - c->last_progress > c->deadline_s) {
+        c->error_kind = E_NO_ANSWER;
+        for (int i = 0; i < c->npos; i++)
+            if (!c->pos[i].done && c->pos[i].has_missing && c->pos[i].missing) { c->error_kind = E_STUCK; break; }
+        return;
+    }
+    for (int i = 0; i < c->npos; i++) {
+        cl_pos *p = &c->pos[i];
+        if (!p->done && p->deadline <= now) {
+            p->retries++;
+            c->stats[S_PROBES]++;
+            send_pos(c, p, now, 1);
+        }
+    }
+}
+
+/* The error: kind, and its details (the first stuck position's, the switch's text). */
+int dlc_client_error(const dlc_client *c, char *text, size_t cap, long *arg, int *shard,
+                     uint64_t *missing, int *slot, uint64_t *seq, double *idle, double now) {
+    *arg = c->error_arg; *shard = c->error_shard; *missing = 0; *slot = -1; *seq = 0;
+    *idle = now - c->last_progress;
+    if (c->error_kind == E_STUCK || c->error_kind == E_NO_ANSWER) {
+        for (int i = 0; i < c->npos; i++) {
+            const cl_pos *p = &c->pos[i];
+            if (p->done) continue;
+            if (c->error_kind == E_NO_ANSWER) { *shard = p->shard; break; }
+            if (p->has_missing && p->missing) {
+                *shard = p->shard; *missing = p->missing; *slot = p->slot; *seq = p->seq;
+                break;
+            }
+        }
+    }
+    size_t n = (size_t)(c->error_kind == E_SWITCH ? c->error_arg : 0);
+    if (n >= cap) n = cap - 1;
+    memcpy(text, c->error_text, n);
+    text[n] = 0;
+    return c->error_kind;
+}
+
+/* The pure API's outputs, serialised as the switch's (ip, port, length, bytes). */
+long dlc_client_take(dlc_client *c, uint8_t *out, size_t cap) {
+    size_t w = 0;
+    for (int i = 0; i < c->nouts; i++) {
+        dlc_out *o = &c->outs[i];
+        uint32_t n = (uint32_t)o->iov[0].iov_len;
+        if (w + 10 + n > cap) return -1;
+        memcpy(out + w, &o->ip, 4); memcpy(out + w + 4, &o->port, 2); memcpy(out + w + 6, &n, 4);
+        memcpy(out + w + 10, o->iov[0].iov_base, n);
+        w += 10 + n;
+    }
+    c->nouts = 0; c->used = 0;
+    return (long)w;
+}
+
+/* -- state shared with the Python ops of the same transport (sparse rounds) ------------ */
+static void window_export(const dlc_window *w, uint64_t *highest, int *any, uint8_t *age_bits) {
+    memset(age_bits, 0, DLC_WINDOW_BITS / 8);
+    *highest = w->highest; *any = w->any;
+    if (!w->any) return;
+    for (uint64_t a = 0; a < DLC_WINDOW_BITS && a <= w->highest; a++) {
+        uint64_t c = w->highest - a;
+        if (w->bits[(c % DLC_WINDOW_BITS) / 64] >> (c % 64) & 1) age_bits[a / 8] |= (uint8_t)(1u << (a % 8));
+    }
+}
+
+static void window_import(dlc_window *w, uint64_t highest, int any, const uint8_t *age_bits) {
+    memset(w, 0, sizeof *w);
+    w->highest = highest; w->any = any;
+    if (!any) return;
+    for (uint64_t a = 0; a < DLC_WINDOW_BITS && a <= highest; a++)
+        if (age_bits[a / 8] >> (a % 8) & 1) {
+            uint64_t c = highest - a;
+            w->bits[(c % DLC_WINDOW_BITS) / 64] |= 1ull << (c % 64);
+        }
+}
+
+/* which: 0 the up counter (next), 1 the result window, 2 the down window. */
+void dlc_client_state_get(const dlc_client *c, int shard, uint64_t *up_next, uint64_t *rh,
+                          int *ra, uint8_t *rbits, uint64_t *dh, int *da, uint8_t *dbits,
+                          uint64_t *seqs) {
+    const cl_shard *s = &c->shards[shard];
+    *up_next = s->up_next;
+    window_export(&s->w_result, rh, ra, rbits);
+    window_export(&s->w_down, dh, da, dbits);
+    memcpy(seqs, s->seqs, 8u * (size_t)s->slots);
+}
+
+void dlc_client_state_set(dlc_client *c, int shard, uint64_t up_next, uint64_t rh, int ra,
+                          const uint8_t *rbits, uint64_t dh, int da, const uint8_t *dbits,
+                          const uint64_t *seqs) {
+    cl_shard *s = &c->shards[shard];
+    s->up_next = up_next;
+    window_import(&s->w_result, rh, ra, rbits);
+    window_import(&s->w_down, dh, da, dbits);
+    memcpy(s->seqs, seqs, 8u * (size_t)s->slots);
+}
+
+void dlc_client_stats(const dlc_client *c, uint64_t *out) { memcpy(out, c->stats, sizeof c->stats); }
+
+/* -- the socket loop -------------------------------------------------------------------- */
+static int dropped(dlc_client *c) {
+    if (c->drop_rate <= 0) return 0;
+    c->rng ^= c->rng << 13; c->rng ^= c->rng >> 7; c->rng ^= c->rng << 17;
+    if ((c->rng >> 11) * 0x1.0p-53 < c->drop_rate) { c->stats[S_DROPS]++; return 1; }
+    return 0;
+}
+
+static int flush(dlc_client *c) {
+    static _Thread_local struct mmsghdr msgs[CL_MAX_OUTS];
+    static _Thread_local struct sockaddr_in addrs[CL_MAX_OUTS];
+    int m = 0;
+    for (int i = 0; i < c->nouts; i++) {
+        if (dropped(c)) continue;
+        memset(&addrs[m], 0, sizeof addrs[m]);
+        addrs[m].sin_family = AF_INET;
+        addrs[m].sin_addr.s_addr = htonl(c->outs[i].ip);
+        addrs[m].sin_port = htons(c->outs[i].port);
+        memset(&msgs[m], 0, sizeof msgs[m]);
+        msgs[m].msg_hdr.msg_name = &addrs[m]; msgs[m].msg_hdr.msg_namelen = sizeof addrs[m];
+        msgs[m].msg_hdr.msg_iov = c->outs[i].iov; msgs[m].msg_hdr.msg_iovlen = 1;
+        m++;
+    }
+    int done = 0;
+    while (done < m) {
+        int r = sendmmsg(c->fd, msgs + done, (unsigned)(m - done), 0);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == ENOBUFS) {   /* the socket buffer is full: wait */
+                struct pollfd pfd = {.fd = c->fd, .events = POLLOUT};
+                poll(&pfd, 1, 10);
+                continue;
+            }
+            c->nouts = 0; c->used = 0;
+            return -errno;
+        }
+        for (int i = done; i < done + r; i++) { c->stats[S_SENT]++; c->stats[S_BSENT] += msgs[i].msg_len; }
+        done += r;
+    }
+    c->nouts = 0; c->used = 0;
+    return 0;
+}
+
+/* Run the op for up to slice_s: returns dlc_client_done()'s answer, or -errno if sending
+ * failed. The caller checks its control channel between slices. */
+int dlc_client_run(dlc_client *c, double slice_s) {
+    struct mmsghdr msgs[RX_BATCH];
+    struct iovec iovs[RX_BATCH];
+    struct sockaddr_in addrs[RX_BATCH];
+    double until = dlc_now() + slice_s;
+    int r = flush(c);
+    if (r < 0) return r;
+    for (;;) {
+        int state = dlc_client_done(c);
+        if (state) return state;
+        double now = dlc_now();
+        if (now >= until) return 0;
+        double wait = dlc_client_next_deadline(c) - now;
+        if (wait <= 0) {
+            dlc_client_on_timeout(c, now);
+            if ((r = flush(c)) < 0) return r;
+            continue;
+        }
+        if (wait > until - now) wait = until - now;
+        for (int i = 0; i < RX_BATCH; i++) {
+            iovs[i].iov_base = c->rx + (size_t)i * 65536; iovs[i].iov_len = 65536;
+            memset(&msgs[i].msg_hdr, 0, sizeof msgs[i].msg_hdr);
+            msgs[i].msg_hdr.msg_name = &addrs[i]; msgs[i].msg_hdr.msg_namelen = sizeof addrs[i];
+            msgs[i].msg_hdr.msg_iov = &iovs[i]; msgs[i].msg_hdr.msg_iovlen = 1;
+        }
+        int n = recvmmsg(c->fd, msgs, RX_BATCH, MSG_DONTWAIT, NULL);
+        if (n <= 0) {
+            struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+            int ms = (int)ceil(wait * 1000);
+            poll(&pfd, 1, ms < 1 ? 1 : ms);
+            continue;
+        }
+        now = dlc_now();
+        for (int i = 0; i < n; i++) {
+            if (dropped(c)) continue;
+            c->stats[S_RECV]++;
+            c->stats[S_BRECV] += msgs[i].msg_len;
+            dlc_client_on_datagram(c, c->rx + (size_t)i * 65536, msgs[i].msg_len,
+                                   ntohl(addrs[i].sin_addr.s_addr), ntohs(addrs[i].sin_port), now);
+        }
+        if ((r = flush(c)) < 0) return r;
+    }
+}

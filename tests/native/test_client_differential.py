@@ -1,0 +1,144 @@
+"""The native client against its specification, window.py's AllreduceOp: the same tensors,
+the same lossy, duplicating, reordering network (the fake net, virtual time) and the same
+datagrams in give byte-identical datagrams out, the same deadlines, the same sums (bit for
+bit) and the same failures. Each rank runs both; the Python op's datagrams go on the wire,
+the native twin's must equal them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dlcomm.exchange.switch.window import AllreduceOp, Shard, Timing
+from dlcomm.testing.fakenet import FakeNet, NetConfig, _switches
+from dlcomm.wire.auth import AUTH_ENCRYPT, AUTH_MAC, AUTH_NONE
+from tests.native.twins import needs_native
+
+pytestmark = needs_native
+
+
+def key_material(shard: Shard, rank: int) -> bytes:
+    m = shard.channel.keys.material
+    return m[f"up {rank}"] + m[f"down {rank}"] + m["result"] if m else b""
+
+
+class Twin:
+    """One rank: the Python op and the native client, fed alike."""
+
+    def __init__(self, rank, workers, k, shards, data, timing):
+        from dlcomm.native.client import Client, ShardKeys
+
+        self.rank = rank
+        self.seqs = [[0] * s.slots for s in shards]
+        self.py_out = data.copy()
+        self.nat_out = data.copy()
+        self.op = AllreduceOp(self.py_out, self.py_out, rank, workers, k, shards, self.seqs,
+                              timing)
+        self.client = Client(-1, rank, workers, k, shards[0].channel.mode,
+                             [ShardKeys(s.address, s.job, s.slots, key_material(s, rank))
+                              for s in shards],
+                             timing.initial_timeout_s, timing.min_timeout_s,
+                             timing.max_timeout_s, timing.deadline_s)
+
+    def same(self, py_sends):
+        py = [(addr, b"".join(bytes(p) for p in parts)) for addr, parts in py_sends]
+        assert self.client.take() == py
+        if not self.op.done:
+            assert self.client.next_deadline() == self.op.next_deadline()
+        assert (self.client.done() != 0) == self.op.done
+        return py
+
+    def start(self, now):
+        sends = self.op.start(now)
+        self.client.begin(self.nat_out, now)
+        return self.same(sends)
+
+    def datagram(self, data, src, now):
+        sends = self.op.on_datagram(data, src, now)
+        self.client.on_datagram(data, src, now)
+        return self.same(sends)
+
+    def timeout(self, now):
+        sends = self.op.on_timeout(now)
+        self.client.on_timeout(now)
+        return self.same(sends)
+
+
+def run_twins(inputs, k, window, shards, net, auth, timing=Timing(), silent=()):
+    fnet = FakeNet(net)
+    workers = [(f"10.0.0.{i + 1}", 7000) for i in range(len(inputs))]
+    switch_addrs, dataplanes, views = _switches(fnet, workers, shards, window, k, False, 0, auth)
+    twins = [Twin(r, len(inputs), k, views[r], inputs[r], timing) for r in range(len(inputs))]
+    by_addr = {a: i for i, a in enumerate(workers)}
+    by_switch = {a: s for s, a in enumerate(switch_addrs)}
+    for r, twin in enumerate(twins):
+        if r not in silent:
+            for dst, data in twin.start(0.0):
+                fnet.send(workers[r], dst, data)
+    live = [r for r in range(len(twins)) if r not in silent]
+    while any(not twins[r].op.done for r in live) and fnet.now < 600:
+        deadline = min(twins[r].op.next_deadline() for r in live if not twins[r].op.done)
+        if deadline < fnet.next_time():
+            fnet.now = max(fnet.now, deadline)
+            for r in live:
+                if not twins[r].op.done and twins[r].op.next_deadline() <= fnet.now:
+                    for dst, data in twins[r].timeout(fnet.now):
+                        fnet.send(workers[r], dst, data)
+            continue
+        ev = fnet.pop()
+        if ev.dst in by_switch:
+            for dst, parts in dataplanes[by_switch[ev.dst]].on_datagram(ev.data, ev.src,
+                                                                         fnet.now):
+                fnet.send(ev.dst, dst, b"".join(bytes(p) for p in parts))
+        elif ev.dst in by_addr and by_addr[ev.dst] in live:
+            r = by_addr[ev.dst]
+            if not twins[r].op.done:
+                for dst, data in twins[r].datagram(ev.data, ev.src, fnet.now):
+                    fnet.send(workers[r], dst, data)
+    return twins
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31), workers=st.integers(1, 5), k=st.sampled_from([1, 5, 64]),
+       window=st.integers(1, 6), shards=st.integers(1, 2),
+       loss=st.sampled_from([0.0, 0.02, 0.2]), duplicate=st.sampled_from([0.0, 0.1]),
+       auth=st.sampled_from([AUTH_NONE, AUTH_MAC, AUTH_ENCRYPT]),
+       length=st.integers(0, 700))
+def test_lossy_all_reduces_agree(seed, workers, k, window, shards, loss, duplicate, auth,
+                                 length):
+    rng = np.random.default_rng(seed)
+    inputs = [(rng.standard_normal(length) * 10.0 ** rng.integers(-30, 30)).astype(np.float32)
+              for _ in range(workers)]
+    if length and rng.random() < 0.3:
+        inputs[0][rng.integers(length)] = 0.0
+    net = NetConfig(loss=loss, duplicate=duplicate, jitter_s=1e-4, seed=seed)
+    twins = run_twins(inputs, k, window, shards, net, auth)
+    for twin in twins:
+        assert twin.op.error is None
+        assert twin.py_out.tobytes() == twin.nat_out.tobytes()
+        assert twin.client.stats()["retransmissions"] == twin.op.retransmissions
+        assert twin.client.stats()["probes"] == twin.op.probes
+        assert twin.client.stats()["rejected"] == twin.op.rejected
+
+
+@pytest.mark.parametrize("auth", [AUTH_NONE, AUTH_MAC])
+def test_a_silent_rank_fails_both_alike(auth):
+    inputs = [np.ones(40, np.float32) for _ in range(3)]
+    timing = Timing(deadline_s=2.0)
+    twins = run_twins(inputs, 8, 2, 1, NetConfig(), auth, timing, silent=(2,))
+    for twin in twins[:2]:
+        err = twin.client.error(twin.op.last_progress + 2.5)
+        assert err is not None and twin.op.error is not None
+        assert err.missing == [2] and "rank(s) 2" in str(twin.op.error)
+
+
+def test_non_finite_values_fail_both_alike():
+    inputs = [np.ones(40, np.float32) for _ in range(2)]
+    inputs[1][17] = np.nan
+    twins = run_twins(inputs, 8, 2, 1, NetConfig(), AUTH_MAC)
+    for twin in twins:
+        err = twin.client.error(0.0)
+        assert err is not None and "NaN" in str(twin.op.error)
+        assert err.element == (16 if twin.rank == 1 else -1)
