@@ -8,6 +8,7 @@ import click
 
 from dlcomm.bench.auth import auth_cmd
 from dlcomm.bench.fuzz_cli import fuzz_cmd
+from dlcomm.bench.switch_cli import switch_cmd
 from dlcomm.options import network_options, switch_options
 from dlcomm.registry import split_specs
 
@@ -21,6 +22,7 @@ def bench() -> None:
 
 bench.add_command(fuzz_cmd)
 bench.add_command(auth_cmd)
+bench.add_command(switch_cmd)
 
 
 @bench.command("allreduce")

@@ -2,7 +2,7 @@
 
     switch:addr=HOST:PORT[+HOST:PORT...],fp=SHA256[+SHA256...],token_file=PATH,
            auth=authenticated|encrypted|none,k=15872,window=8,timeout_ms=200,deadline_s=30,
-           drop=0,seed=0,multicast=auto|off
+           drop=0,seed=0,multicast=auto|off,client=native|python
     sparse-switch:block=256,threshold=0,...   only the blocks that carry data (OmniReduce)
     auto:block=256,threshold=0,...            dense or sparse per tensor, from its density
 
@@ -14,7 +14,9 @@ when they start one for the job). ``fp`` pins each switch's TLS certificate (the
 ``dlcomm switch serve`` prints; ``$DLCOMM_SWITCH_FP``); ``token_file`` holds the admin token
 a switch beyond loopback requires (``$DLCOMM_SWITCH_TOKEN_FILE``); ``auth`` is the packets'
 protection (docs/security.md): a tag on every packet (the default), encrypted payloads too,
-or none (a trusted network only).
+or none (a trusted network only). ``client`` is the worker's data path for dense rounds:
+the native one (dlcomm.native.client; the default, ``$DLCOMM_CLIENT``) or its Python
+specification (sparse rounds always run in Python).
 """
 
 from __future__ import annotations
@@ -29,12 +31,13 @@ from dlcomm.switch.client import Address, parse_addresses
 from dlcomm.wire.auth import AUTH_MODES
 from dlcomm.wire.packet import max_elements
 
-__all__ = ["SwitchSpec", "parse_switch_spec", "SWITCH_ENV", "FP_ENV", "TOKEN_ENV", "MAX_K",
-           "DEFAULT_BLOCK", "DEFAULT_K", "DEFAULT_WINDOW", "MODES"]
+__all__ = ["SwitchSpec", "parse_switch_spec", "SWITCH_ENV", "FP_ENV", "TOKEN_ENV", "CLIENT_ENV",
+           "MAX_K", "DEFAULT_BLOCK", "DEFAULT_K", "DEFAULT_WINDOW", "MODES"]
 
 SWITCH_ENV = "DLCOMM_SWITCH"  # set by dlcomm's launchers when they start the switch
 FP_ENV = "DLCOMM_SWITCH_FP"
 TOKEN_ENV = "DLCOMM_SWITCH_TOKEN_FILE"
+CLIENT_ENV = "DLCOMM_CLIENT"
 MAX_K = 16000  # 64,032-byte datagrams: near the UDP maximum, few per-packet costs
 DEFAULT_BLOCK = 256
 DEFAULT_K = MAX_K // DEFAULT_BLOCK * DEFAULT_BLOCK  # 15,872: dense chunks = sparse groups
@@ -59,6 +62,7 @@ class SwitchSpec:
     fingerprints: tuple[str, ...] = ()         # per address: its TLS certificate's sha256
     token_file: str | None = None              # the switch's admin token, if it needs one
     auth: str = "authenticated"                # authenticated | encrypted | none
+    client: str = "native"                     # dense rounds: native | python
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -83,6 +87,8 @@ class SwitchSpec:
             raise ConfigError("fp must be a sha256 fingerprint: 64 hex digits")
         if self.auth not in AUTH_MODES:
             raise ConfigError(f"auth must be one of {', '.join(AUTH_MODES)}, got {self.auth!r}")
+        if self.client not in ("native", "python"):
+            raise ConfigError(f"client must be native or python, got {self.client!r}")
 
     @property
     def name(self) -> str:
@@ -117,6 +123,8 @@ def parse_switch_spec(mode: str, options: dict[str, str]) -> SwitchSpec:
                          if f.strip())
     token_file = opts.pop("token_file", None) or os.environ.get(TOKEN_ENV) or None
     auth = opts.pop("auth", "authenticated")
+    client = opts.pop("client", None) or os.environ.get(CLIENT_ENV, "native")
     reject_unknown(opts, owner)
     return SwitchSpec(mode, tuple(parse_addresses(addr_text)), k, window, timing, drop, seed,
-                      multicast == "auto", block, threshold, fingerprints, token_file, auth)
+                      multicast == "auto", block, threshold, fingerprints, token_file, auth,
+                      client)

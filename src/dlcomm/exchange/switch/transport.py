@@ -16,14 +16,19 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from dlcomm.errors import ExchangeError
+from dlcomm.exchange.switch.native_ops import usable
 from dlcomm.exchange.switch.sparse_window import SparseAllreduceOp
 from dlcomm.exchange.switch.window import AllreduceOp, RttEstimator, Send, Shard, Timing
 from dlcomm.wire.sparse import Presence
+
+if TYPE_CHECKING:
+    from dlcomm.exchange.switch.native_ops import NativeOps
 
 __all__ = ["Transport", "TransportStats", "Request", "Finished"]
 
@@ -71,7 +76,8 @@ def _fail(fut: torch.futures.Future[Finished], exc: BaseException) -> None:
 class Transport:
     def __init__(self, sock: socket.socket, rank: int, workers: int, k: int,
                  shards: list[Shard], timing: Timing, drop_rate: float = 0.0, seed: int = 0,
-                 failure: Callable[[], str | None] = lambda: None) -> None:
+                 failure: Callable[[], str | None] = lambda: None,
+                 client: str = "native") -> None:
         self.sock, self.rank, self.workers, self.k = sock, rank, workers, k
         self.shards, self.timing = shards, timing
         self.seqs = [[0] * sh.slots for sh in shards]
@@ -81,6 +87,12 @@ class Transport:
         self.failure = failure
         self.stats = TransportStats()
         self.broken: ExchangeError | None = None
+        self.native: NativeOps | None = None
+        if client == "native" and usable(workers, shards):
+            from dlcomm.exchange.switch.native_ops import NativeOps
+
+            self.native = NativeOps(sock.fileno(), rank, workers, k, shards, timing,
+                                    drop_rate, seed)
         self._ops: queue.Queue[tuple[Request, torch.futures.Future[Finished]] | None] = \
             queue.Queue()
         self._thread = threading.Thread(target=self._run, name="dlcomm-switch-io", daemon=True)
@@ -98,6 +110,8 @@ class Transport:
     def close(self) -> None:
         self._ops.put(None)
         self._thread.join(timeout=10)
+        if self.native is not None and not self._thread.is_alive():
+            self.native.close()
 
     # -- the I/O thread ------------------------------------------------------------------
     def _send(self, sends: list[Send]) -> None:
@@ -154,9 +168,31 @@ class Transport:
         return AllreduceOp(data, data, self.rank, self.workers, self.k, self.shards, self.seqs,
                            self.timing, self.rtt)
 
+    def _run_native(self, request: Request, data: np.ndarray) -> Finished:
+        assert self.native is not None
+        t0 = time.perf_counter()
+        moved = self.native.run(data, self.seqs, self.failure, self._control_failure)
+        st = self.stats
+        st.packets_sent += moved["packets_sent"]
+        st.bytes_sent += moved["bytes_sent"]
+        st.packets_received += moved["packets_received"]
+        st.bytes_received += moved["bytes_received"]
+        st.retransmissions += moved["retransmissions"]
+        st.malformed += moved["rejected"]
+        st.drops_injected += moved["drops_injected"]
+        st.extra["probes"] = st.extra.get("probes", 0) + moved["probes"]
+        st.extra["op_us"] = st.extra.get("op_us", 0) + int((time.perf_counter() - t0) * 1e6)
+        st.extra["native_ops"] = st.extra.get("native_ops", 0) + 1
+        flat = request.flat
+        if not flat.is_contiguous():
+            flat.copy_(torch.from_numpy(data))
+        return Finished(flat, data, False)
+
     def _run_op(self, request: Request, view: memoryview, buf: bytearray) -> Finished:
         flat = request.flat
         data = flat.detach().numpy() if flat.is_contiguous() else flat.contiguous().numpy()
+        if self.native is not None and not request.sparse:
+            return self._run_native(request, data)
         t0 = time.perf_counter()
         op = self._new_op(request, data)
         sends = op.start(time.monotonic())

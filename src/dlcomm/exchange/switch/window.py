@@ -35,12 +35,12 @@ included, so no host without the job's keys can end, stall or poison an op.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from dlcomm.errors import ExchangeError, ExchangeTimeout
+from dlcomm.exchange.switch.timing import RttEstimator, Timing
 from dlcomm.wire.channel import Channel, Forged, Parts, Replayed
 from dlcomm.wire.packet import (
     COMPLETE,
@@ -58,7 +58,8 @@ from dlcomm.wire.packet import (
 )
 from dlcomm.wire.quant import EXP_NONFINITE, EXP_ZERO, chunk_exponents, dequantize_into, quantize
 
-__all__ = ["Shard", "Timing", "RttEstimator", "AllreduceOp", "Send"]
+__all__ = ["Shard", "Timing", "RttEstimator", "AllreduceOp", "Send", "switch_error",
+           "nonfinite_error", "stuck_error", "no_answer_error"]
 
 Address = tuple[str, int]
 Send = tuple[Address, Parts]   # a sealed datagram and where it goes
@@ -72,59 +73,6 @@ class Shard:
     job: int
     slots: int
     channel: Channel
-
-
-@dataclass(frozen=True)
-class Timing:
-    initial_timeout_s: float = 0.2     # before any round-trip was measured
-    min_timeout_s: float = 0.01
-    max_timeout_s: float = 2.0
-    deadline_s: float = 30.0           # no progress for this long: the op fails
-
-
-class RttEstimator:
-    """Retransmission timeout: a multiple of the smallest recent round trip, and at least
-    twice the median one.
-
-    A round's round trip includes waiting for the slowest worker, and under loss for the
-    other workers' recoveries, so a mean (RFC 6298's srtt) inflates the timeout, which slows
-    recovery, which inflates the mean. The minimum over a window of recent rounds measures
-    the network and the switch alone. But when workers are slower than the network (CPU-bound
-    rounds, a busy switch), most rounds wait for a straggler several times that long, and
-    probing every one of them loads the switch that everybody waits for: twice the median
-    keeps those probes rare. A probed round gives no sample (Karn): not only the worker's
-    own losses, but its peers' too would inflate the median (the round waits for their
-    recoveries; at 20% loss and 6 workers almost every round does, and the timeout grew
-    until no progress was made for 30 s). The price: when rounds slow down all at once,
-    the median lags until unprobed rounds show it; the backoff below bounds the probes
-    meanwhile.
-    """
-
-    WINDOW = 128
-    FACTOR = 4.0
-    MEDIAN_FACTOR = 2.0
-    REFRESH = 16  # samples between recomputations of the median
-
-    def __init__(self, timing: Timing) -> None:
-        self.timing = timing
-        self.samples: deque[float] = deque(maxlen=self.WINDOW)
-        self.srtt: float | None = None  # smoothed round trip, for waiting on a sent result
-        self._median = 0.0
-        self._fresh = 0
-
-    def sample(self, rtt: float) -> None:
-        self.samples.append(rtt)
-        self.srtt = rtt if self.srtt is None else 0.875 * self.srtt + 0.125 * rtt
-        self._fresh += 1
-        if self._fresh >= self.REFRESH or len(self.samples) < self.REFRESH:
-            self._fresh = 0
-            self._median = float(np.median(self.samples))
-
-    def timeout(self, backoff: int = 0) -> float:
-        t = self.timing
-        base = max(self.FACTOR * min(self.samples), self.MEDIAN_FACTOR * self._median) \
-            if self.samples else t.initial_timeout_s
-        return float(min(t.max_timeout_s, max(t.min_timeout_s, base) * 2.0 ** backoff))
 
 
 @dataclass
@@ -284,9 +232,7 @@ class AllreduceOp:
         if pos is None or pos.done or self.error is not None:
             return []
         if hdr.type == ERROR:
-            text = bytes(payload).decode(errors="replace") or \
-                "unknown job (the switch restarted or the job ended)"
-            self.error = ExchangeError(f"switch {src[0]}:{src[1]}: {text}")
+            self.error = switch_error(src, bytes(payload))
             return []
         if hdr.seq != pos.seq:
             return []  # a duplicate of an earlier round
@@ -325,10 +271,7 @@ class AllreduceOp:
         return sends
 
     def _nonfinite(self) -> None:
-        where = (f"this worker (rank {self.rank}) near element {self.local_nonfinite}"
-                 if self.local_nonfinite is not None else "another worker")
-        self.error = ExchangeError(f"a gradient holds NaN or Inf ({where}); the switch "
-                                   "exchange refuses to sum it")
+        self.error = nonfinite_error(self.rank, self.local_nonfinite)
 
     def _on_result(self, pos: _Position, hdr: Header, payload: memoryview | bytes,
                    now: float) -> list[Send] | None:
@@ -373,14 +316,36 @@ class AllreduceOp:
     def _stuck_error(self, now: float) -> ExchangeTimeout:
         stuck = [p for p in self.positions if not p.done]
         known = [(p, p.missing) for p in stuck if p.missing]
+        idle = now - self.last_progress
         if known:
             p, bitmap = known[0]
             missing = [r for r in range(self.workers) if (bitmap >> r) & 1]
-            addr = self.shards[p.shard].address
-            return ExchangeTimeout(
-                f"no progress for {now - self.last_progress:.1f} s: the switch at "
-                f"{addr[0]}:{addr[1]} is still waiting for rank(s) "
-                f"{', '.join(map(str, missing))} (slot {p.slot}, round {p.seq})")
-        addr = self.shards[stuck[0].shard].address if stuck else ("?", 0)
-        return ExchangeTimeout(f"no answer from the switch at {addr[0]}:{addr[1]} for "
-                               f"{now - self.last_progress:.1f} s (is it running and reachable?)")
+            return stuck_error(self.shards[p.shard].address, idle, missing, p.slot, p.seq)
+        return no_answer_error(self.shards[stuck[0].shard].address if stuck else ("?", 0), idle)
+
+
+# -- the op's failures, as both clients (this one and dlcomm.native.client) report them ---
+def switch_error(src: Address, payload: bytes) -> ExchangeError:
+    """The switch's ERROR (its text; an empty one: the job is unknown to it)."""
+    text = payload.decode(errors="replace") or \
+        "unknown job (the switch restarted or the job ended)"
+    return ExchangeError(f"switch {src[0]}:{src[1]}: {text}")
+
+
+def nonfinite_error(rank: int, element: int | None) -> ExchangeError:
+    where = (f"this worker (rank {rank}) near element {element}" if element is not None
+             else "another worker")
+    return ExchangeError(f"a gradient holds NaN or Inf ({where}); the switch exchange "
+                         "refuses to sum it")
+
+
+def stuck_error(addr: Address, idle_s: float, missing: list[int], slot: int,
+                seq: int) -> ExchangeTimeout:
+    return ExchangeTimeout(
+        f"no progress for {idle_s:.1f} s: the switch at {addr[0]}:{addr[1]} is still "
+        f"waiting for rank(s) {', '.join(map(str, missing))} (slot {slot}, round {seq})")
+
+
+def no_answer_error(addr: Address, idle_s: float) -> ExchangeTimeout:
+    return ExchangeTimeout(f"no answer from the switch at {addr[0]}:{addr[1]} for "
+                           f"{idle_s:.1f} s (is it running and reachable?)")

@@ -7,7 +7,9 @@
  * atomic. Tags are checked outside every lock. A completed round's result is sealed in
  * place (its accumulator lives in the frame) and sent at once, under the slot's mutex, so
  * no later round can touch the frame while it is on its way. */
+#include <errno.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,8 +173,73 @@ void dlc_sendmmsg_all(dlc_ctx *ctx, int fd, dlc_out *outs, int n) {
     }
 }
 
+static int injected_drop(dlc_ctx *ctx) {
+    if (ctx->drop_rate <= 0) return 0;
+    ctx->rng ^= ctx->rng << 13; ctx->rng ^= ctx->rng >> 7; ctx->rng ^= ctx->rng << 17;
+    if ((ctx->rng >> 11) * 0x1.0p-53 < ctx->drop_rate) {
+        ctx->counters[C_drop_injected_out]++;
+        return 1;
+    }
+    return 0;
+}
+
+static void gso_send(dlc_ctx *ctx, dlc_gso *b) {
+    if (!b->count) return;
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(b->port),
+                             .sin_addr.s_addr = htonl(b->ip)};
+    struct iovec iov = {.iov_base = b->buf, .iov_len = b->used};
+    char ctrl[CMSG_SPACE(sizeof(uint16_t))];
+    struct msghdr m = {.msg_name = &to, .msg_namelen = sizeof to, .msg_iov = &iov,
+                       .msg_iovlen = 1};
+    if (b->count > 1) {
+        memset(ctrl, 0, sizeof ctrl);
+        m.msg_control = ctrl; m.msg_controllen = sizeof ctrl;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        c->cmsg_level = SOL_UDP; c->cmsg_type = 103 /* UDP_SEGMENT */;
+        c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        uint16_t g = (uint16_t)b->seg;
+        memcpy(CMSG_DATA(c), &g, sizeof g);
+    }
+    ctx->counters[C_send_calls]++;
+    ssize_t r = sendmsg(ctx->send_fd, &m, 0);
+    if (r < 0) {
+        ctx->counters[C_send_errors] += (uint64_t)b->count;
+        if (b->count > 1 && (errno == EIO || errno == EINVAL)) ctx->gso = 0;   /* no GSO */
+    } else {
+        ctx->counters[C_packets_out] += (uint64_t)b->count;
+        ctx->counters[C_bytes_out] += (uint64_t)r;
+        if (b->count > 1) ctx->counters[C_gso_segments] += (uint64_t)b->count;
+    }
+    b->count = 0; b->used = 0;
+}
+
+void dlc_gso_flush(dlc_ctx *ctx) {
+    for (int i = 0; i < ctx->nbuckets; i++) gso_send(ctx, &ctx->buckets[i]);
+    ctx->nbuckets = 0;
+}
+
+/* A copy of a small result for one address, to leave with the batch's others to it. */
+static void gso_add(dlc_ctx *ctx, uint32_t ip, uint16_t port, const uint8_t *frame, size_t len) {
+    if (injected_drop(ctx)) return;
+    dlc_gso *b = NULL;
+    for (int i = 0; i < ctx->nbuckets; i++)
+        if (ctx->buckets[i].ip == ip && ctx->buckets[i].port == port) { b = &ctx->buckets[i]; break; }
+    if (!b) {
+        if (ctx->nbuckets == DLC_GSO_BUCKETS) dlc_gso_flush(ctx);
+        b = &ctx->buckets[ctx->nbuckets++];
+        b->ip = ip; b->port = port; b->count = 0; b->used = 0;
+    }
+    if (b->count && (b->seg != len || b->count == 64 || b->used + len > 65000)) gso_send(ctx, b);
+    b->seg = len;
+    memcpy(b->buf + b->used, frame, len);
+    b->used += len;
+    b->count++;
+}
+
 /* Every contribution is in: the result to every worker (or the job's group), sealed in
- * place. With a socket, sent now (the slot's mutex is held); else copied to the outputs. */
+ * place. With a socket, sent now (the slot's mutex is held), or copied for one
+ * UDP_SEGMENT send per address at the end of the batch (small results); else copied to
+ * the outputs (the pure API). */
 static int complete(dlc_ctx *ctx, dlc_job *job, int slot, dlc_copy *c) {
     ctx->counters[C_completions]++;
     ADD(job->counters[C_completions], 1);
@@ -187,6 +254,10 @@ static int complete(dlc_ctx *ctx, dlc_job *job, int slot, dlc_copy *c) {
         outs[i].niov = 1;
         outs[i].iov[0].iov_base = (void *)frame;
         outs[i].iov[0].iov_len = len;
+    }
+    if (ctx->send_fd >= 0 && ctx->gso && !job->group_port && len <= DLC_GSO_MAX_SEG) {
+        for (int i = 0; i < n; i++) gso_add(ctx, outs[i].ip, outs[i].port, frame, len);
+        return n;
     }
     if (ctx->send_fd >= 0) {
         dlc_sendmmsg_all(ctx, ctx->send_fd, outs, n);
@@ -257,24 +328,29 @@ static int mismatch(dlc_ctx *ctx, dlc_job *job, const dlc_hdr *hdr, const dlc_co
     return error_reply(ctx, job, hdr, size, ip, port, now);
 }
 
-/* A dense payload's values, checked against the job's limit, then added (or copied). */
-static int add_dense(dlc_copy *c, const uint8_t *payload, int n, int32_t limit, int first) {
-    const int32_t *v = (const int32_t *)(const void *)payload;
+/* A dense payload's values, checked against the job's limit, then added (or copied). Built
+ * for AVX2 too where the CPU has it (one binary, chosen at load: target_clones). */
+__attribute__((target_clones("avx2", "default")))
+static int check_add(uint32_t *restrict acc, const int32_t *restrict v, int n, int32_t limit,
+                     int first) {
     int32_t hi = 0, lo = 0;
     for (int i = 0; i < n; i++) {
         hi = v[i] > hi ? v[i] : hi;
         lo = v[i] < lo ? v[i] : lo;
     }
     if (hi > limit || lo < -limit) return -1;
-    int32_t *acc = (int32_t *)(void *)(c->frame + DLC_HDR);
     if (first) {
         memcpy(acc, v, 4u * (unsigned)n);
     } else {   /* no overflow: n workers of |q| <= limit fit int32 (wire/quant.py) */
-        uint32_t *a = (uint32_t *)acc;
-        const uint32_t *u = (const uint32_t *)v;
-        for (int i = 0; i < n; i++) a[i] += u[i];
+        const uint32_t *restrict u = (const uint32_t *)v;
+        for (int i = 0; i < n; i++) acc[i] += u[i];
     }
     return 0;
+}
+
+static int add_dense(dlc_copy *c, const uint8_t *payload, int n, int32_t limit, int first) {
+    return check_add((uint32_t *)(void *)(c->frame + DLC_HDR),
+                     (const int32_t *)(const void *)payload, n, limit, first);
 }
 
 static int probe(dlc_ctx *ctx, dlc_job *job, const dlc_hdr *hdr, dlc_copy *c, size_t size,

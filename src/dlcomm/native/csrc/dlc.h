@@ -39,7 +39,8 @@ enum { STREAM_UP = 1, STREAM_DOWN = 2, STREAM_RESULT = 3 };
     X(drop_answer_too_large) X(completions) X(probes) X(resent_results) X(drop_mismatch) \
     X(drop_error_limited) X(errors_sent) X(drop_bad_value) X(packets_out) X(bytes_out) \
     X(send_errors) X(drop_injected_in) X(drop_injected_out) X(recv_errors) \
-    X(slow_path) X(drop_slow_full) X(recv_calls) X(send_calls) X(gro_segments)
+    X(slow_path) X(drop_slow_full) X(recv_calls) X(send_calls) X(gro_segments) \
+    X(gso_segments)
 #define DLC_ENUM(n) C_##n,
 enum { DLC_COUNTERS(DLC_ENUM) C_COUNT };
 
@@ -103,12 +104,18 @@ typedef struct {
 
 typedef struct dlc_switch dlc_switch;
 
+/* Results of one batch to one address, sent as one UDP_SEGMENT datagram (segments of one
+ * size; the kernel cuts them, or hands them whole to a receiver with UDP_GRO). */
+#define DLC_GSO_BUCKETS 32
+#define DLC_GSO_MAX_SEG 16384
+typedef struct { uint32_t ip; uint16_t port; int count; size_t seg, used; uint8_t *buf; } dlc_gso;
+
 /* One thread's context: its counters, crypto, scratch, and the socket that sends results
  * at once (-1: results are copied into the outputs, as the pure API does). */
 typedef struct {
     dlc_switch *sw; dlc_crypto *crypto; uint64_t counters[C_COUNT];
     uint8_t *plain; dlc_outs outs; int send_fd; double drop_rate; uint64_t rng;
-    int64_t cpu_ns;
+    int64_t cpu_ns; int gso; dlc_gso buckets[DLC_GSO_BUCKETS]; int nbuckets;
 } dlc_ctx;
 
 struct dlc_switch {
@@ -132,5 +139,6 @@ double dlc_now(void);
 int dlc_slow_push(dlc_switch *sw, const uint8_t *data, size_t len, uint32_t ip,
                    uint16_t port);
 void dlc_sendmmsg_all(dlc_ctx *ctx, int fd, dlc_out *outs, int n);
+void dlc_gso_flush(dlc_ctx *ctx);
 
 #endif

@@ -257,6 +257,12 @@ dlc_ctx *dlc_ctx_new(dlc_switch *sw, int send_fd, double drop_rate, uint64_t see
     ctx->outs.cap = (size_t)BATCH * (RXBUF + 64) + 8 * (RXBUF + 64);
     ctx->outs.scratch = malloc(ctx->outs.cap);
     if (!ctx->crypto || !ctx->plain || !ctx->outs.scratch) { dlc_ctx_free(ctx); return NULL; }
+    if (send_fd >= 0) {
+        for (int i = 0; i < DLC_GSO_BUCKETS; i++) {
+            ctx->buckets[i].buf = malloc(65536);
+            if (!ctx->buckets[i].buf) { dlc_ctx_free(ctx); return NULL; }
+        }
+    }
     pthread_mutex_lock(&sw->ctx_mu);
     if (sw->nctx < 64) sw->ctxs[sw->nctx++] = ctx;
     pthread_mutex_unlock(&sw->ctx_mu);
@@ -276,6 +282,7 @@ void dlc_ctx_free(dlc_ctx *ctx) {
     }
     pthread_mutex_unlock(&sw->ctx_mu);
     dlc_crypto_free(ctx->crypto);
+    for (int i = 0; i < DLC_GSO_BUCKETS; i++) free(ctx->buckets[i].buf);
     free(ctx->plain); free(ctx->outs.scratch); free(ctx);
 }
 
@@ -333,6 +340,7 @@ int dlc_serve(dlc_switch *sw, int fd, double drop_rate, uint64_t seed, int use_g
               int64_t *cpu_ns_out) {
     dlc_ctx *ctx = dlc_ctx_new(sw, fd, drop_rate, seed);
     if (!ctx) return -1;
+    ctx->gso = use_gro;   /* segmentation offload both ways, or neither */
     int gro = 0;
     if (use_gro) {
         int one = 1;
@@ -398,6 +406,7 @@ int dlc_serve(dlc_switch *sw, int fd, double drop_rate, uint64_t seed, int use_g
             }
         }
         if (ctx->outs.n) dlc_sendmmsg_all(ctx, fd, ctx->outs.out, ctx->outs.n);
+        dlc_gso_flush(ctx);
     }
     int64_t used = thread_cpu_ns() - cpu0;
     if (cpu_ns_out) *cpu_ns_out = used;

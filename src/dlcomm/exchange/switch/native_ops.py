@@ -1,0 +1,132 @@
+"""Dense all-reduces through the native client (dlcomm.native.client), for the transport.
+
+The transport's Python ops (sparse rounds) and the native ones share one socket, one set of
+slot sequence numbers and, per shard, one packet counter and one pair of replay windows:
+:class:`NativeOps` hands the Python channel's state to the native client before an op and
+takes it back after, so a switch never sees a counter twice and a replayed packet is refused
+whichever client runs. Failures are reported in window.py's words.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from dlcomm.errors import ExchangeError
+from dlcomm.exchange.switch.timing import Timing
+from dlcomm.exchange.switch.window import (
+    Shard,
+    no_answer_error,
+    nonfinite_error,
+    stuck_error,
+    switch_error,
+)
+from dlcomm.native.client import E_NONFINITE, E_STUCK, E_SWITCH, Client, ShardKeys, WindowState
+from dlcomm.native.switch import MAX_NATIVE_WORKERS
+from dlcomm.wire.auth import STREAM_DOWN, STREAM_RESULT, STREAM_UP, ReplayWindow
+
+__all__ = ["NativeOps", "usable"]
+
+SLICE_S = 0.2   # the control channel is looked at between slices (a dead peer, a failure)
+
+
+def usable(workers: int, shards: list[Shard]) -> bool:
+    """Whether the native client can run this job's dense rounds."""
+    return workers <= MAX_NATIVE_WORKERS and len(shards) <= 16 and \
+        len({sh.channel.mode for sh in shards}) == 1
+
+
+def _material(shard: Shard, rank: int) -> bytes:
+    m = shard.channel.keys.material
+    return m[f"up {rank}"] + m[f"down {rank}"] + m["result"] if m else b""
+
+
+class NativeOps:
+    def __init__(self, fd: int, rank: int, workers: int, k: int, shards: list[Shard],
+                 timing: Timing, drop_rate: float, seed: int) -> None:
+        self.rank, self.shards = rank, shards
+        self.client = Client(fd, rank, workers, k, shards[0].channel.mode,
+                             [ShardKeys(sh.address, sh.job, sh.slots, _material(sh, rank))
+                              for sh in shards],
+                             timing.initial_timeout_s, timing.min_timeout_s,
+                             timing.max_timeout_s, timing.deadline_s, drop_rate, seed)
+        self.seen = dict.fromkeys(("packets_sent", "bytes_sent", "packets_received",
+                                   "bytes_received", "retransmissions", "probes", "rejected",
+                                   "drops_injected"), 0)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _window(self, shard: Shard, key: tuple[int, int]) -> ReplayWindow:
+        windows = shard.channel.windows
+        if key not in windows:
+            windows[key] = ReplayWindow()
+        return windows[key]
+
+    def _hand_over(self, seqs: list[list[int]]) -> None:
+        for i, sh in enumerate(self.shards):
+            res = self._window(sh, (STREAM_RESULT, -1))
+            down = self._window(sh, (STREAM_DOWN, self.rank))
+            up_next = sh.channel.sent.get((STREAM_UP, self.rank), -1) + 1
+            self.client.set_state(i, up_next, WindowState(res.highest, res.bits),
+                                  WindowState(down.highest, down.bits), seqs[i])
+
+    def _take_back(self, seqs: list[list[int]]) -> None:
+        for i, sh in enumerate(self.shards):
+            up_next, res, down, slot_seqs = self.client.get_state(i)
+            if up_next:
+                sh.channel.sent[(STREAM_UP, self.rank)] = up_next - 1
+            for key, state in (((STREAM_RESULT, -1), res), ((STREAM_DOWN, self.rank), down)):
+                window = self._window(sh, key)
+                window.highest, window.bits = state.highest, state.bits
+            seqs[i][:] = slot_seqs
+
+    def run(self, data: np.ndarray, seqs: list[list[int]],
+            failure: Callable[[], str | None], control_failure: Callable[[], str | None]
+            ) -> dict[str, int]:
+        """Sum ``data`` in place; the counters it moved (sent, received, ...)."""
+        self._hand_over(seqs)
+        try:
+            t0 = time.perf_counter()
+            self.client.begin(data, time.monotonic())
+            self.client.allow_skew(time.perf_counter() - t0)
+            while True:
+                state = self.client.run(SLICE_S)
+                if state == 1:
+                    break
+                reason = failure()
+                if reason:
+                    raise ExchangeError(reason)
+                if state == -1:
+                    error = self._error()
+                    reason = control_failure()
+                    if reason:
+                        raise ExchangeError(reason) from error
+                    raise error
+                if state < -1:
+                    addr = self.shards[0].address
+                    raise ExchangeError(f"cannot send to the switch at {addr[0]}:{addr[1]}: "
+                                        f"errno {-state}")
+        finally:
+            self._take_back(seqs)
+        return self._moved()
+
+    def _moved(self) -> dict[str, int]:
+        now = self.client.stats()
+        moved = {k: now[k] - self.seen[k] for k in now}
+        self.seen = now
+        return moved
+
+    def _error(self) -> ExchangeError:
+        err = self.client.error(time.monotonic())
+        assert err is not None
+        addr = self.shards[err.shard].address
+        if err.kind == E_SWITCH:
+            return switch_error(addr, err.text)
+        if err.kind == E_NONFINITE:
+            return nonfinite_error(self.rank, err.element if err.element >= 0 else None)
+        if err.kind == E_STUCK:
+            return stuck_error(addr, err.idle_s, err.missing, err.slot, err.seq)
+        return no_answer_error(addr, err.idle_s)
