@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,9 @@
 #define MAX_SHARDS 16
 #define RTT_WINDOW 128
 #define RX_BATCH 16
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
 #define CL_MAX_OUTS 1024
 
 typedef struct {
@@ -32,7 +36,7 @@ typedef struct {
 } cl_pos;
 
 typedef struct {
-    int fd, rank, workers, k, auth, nshards; int32_t limit; int log2n;
+    int fd, rank, workers, k, auth, nshards, gso; int32_t limit; int log2n;
     double init_to, min_to, max_to, deadline_s, drop_rate; uint64_t rng;
     cl_shard shards[MAX_SHARDS];
     double samples[RTT_WINDOW]; int nsamples, head, fresh, have_srtt; double srtt, median;
@@ -94,7 +98,7 @@ dlc_client *dlc_client_new(int fd, int rank, int workers, int k, int auth, doubl
     c->fd = fd; c->rank = rank; c->workers = workers; c->k = k; c->auth = auth;
     c->init_to = init_to; c->min_to = min_to; c->max_to = max_to; c->deadline_s = deadline_s;
     c->drop_rate = drop_rate; c->rng = seed * 0x9E3779B97F4A7C15ull + 7;
-    c->log2n = 1;
+    c->log2n = 1; c->gso = 1;
     while ((1 << c->log2n) < workers) c->log2n++;
     c->limit = (int32_t)((1u << (31 - c->log2n)) - 1);
     c->crypto = dlc_crypto_new();
@@ -516,12 +520,45 @@ static int dropped(dlc_client *c) {
     return 0;
 }
 
-static int flush(dlc_client *c) {
+/* Send outputs[from, to) (one address, one size) as one UDP_SEGMENT datagram. */
+static int send_gso(dlc_client *c, int from, int to) {
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(c->outs[from].port),
+                               .sin_addr.s_addr = htonl(c->outs[from].ip)};
+    struct iovec iov[64];
+    int n = to - from;
+    size_t seg = c->outs[from].iov[0].iov_len, total = 0;
+    for (int i = 0; i < n; i++) { iov[i] = c->outs[from + i].iov[0]; total += iov[i].iov_len; }
+    char ctrl[CMSG_SPACE(sizeof(uint16_t))];
+    memset(ctrl, 0, sizeof ctrl);
+    struct msghdr m = {.msg_name = &addr, .msg_namelen = sizeof addr, .msg_iov = iov,
+                       .msg_iovlen = (size_t)n, .msg_control = ctrl, .msg_controllen = sizeof ctrl};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+    cm->cmsg_level = SOL_UDP; cm->cmsg_type = 103 /* UDP_SEGMENT */;
+    cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+    uint16_t g = (uint16_t)seg;
+    memcpy(CMSG_DATA(cm), &g, sizeof g);
+    for (;;) {
+        ssize_t r = sendmsg(c->fd, &m, 0);
+        if (r >= 0) {
+            c->stats[S_SENT] += (uint64_t)n; c->stats[S_BSENT] += (uint64_t)r;
+            return 0;
+        }
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == ENOBUFS) {
+            struct pollfd pfd = {.fd = c->fd, .events = POLLOUT};
+            poll(&pfd, 1, 10);
+            continue;
+        }
+        if (errno == EIO || errno == EINVAL) { c->gso = 0; return 1; }   /* no GSO: plain */
+        return -errno;
+    }
+}
+
+static int send_plain(dlc_client *c, int from, int to) {
     static _Thread_local struct mmsghdr msgs[CL_MAX_OUTS];
     static _Thread_local struct sockaddr_in addrs[CL_MAX_OUTS];
     int m = 0;
-    for (int i = 0; i < c->nouts; i++) {
-        if (dropped(c)) continue;
+    for (int i = from; i < to; i++) {
         memset(&addrs[m], 0, sizeof addrs[m]);
         addrs[m].sin_family = AF_INET;
         addrs[m].sin_addr.s_addr = htonl(c->outs[i].ip);
@@ -541,14 +578,37 @@ static int flush(dlc_client *c) {
                 poll(&pfd, 1, 10);
                 continue;
             }
-            c->nouts = 0; c->used = 0;
             return -errno;
         }
         for (int i = done; i < done + r; i++) { c->stats[S_SENT]++; c->stats[S_BSENT] += msgs[i].msg_len; }
         done += r;
     }
-    c->nouts = 0; c->used = 0;
     return 0;
+}
+
+/* Send the outputs: runs of one address and one size (up to 64 KB) as one UDP_SEGMENT
+ * datagram each, where the kernel takes them; the rest with sendmmsg. */
+static int flush(dlc_client *c) {
+    int w = 0;
+    for (int i = 0; i < c->nouts; i++) if (!dropped(c)) c->outs[w++] = c->outs[i];
+    int r = 0, i = 0;
+    while (i < w && r >= 0) {
+        int j = i + 1;
+        size_t seg = c->outs[i].iov[0].iov_len, total = seg;
+        if (c->gso)
+            while (j < w && j - i < 64 && c->outs[j].ip == c->outs[i].ip &&
+                   c->outs[j].port == c->outs[i].port && c->outs[j].iov[0].iov_len == seg &&
+                   total + seg <= 65000) { total += seg; j++; }
+        if (j - i > 1) {
+            r = send_gso(c, i, j);
+            if (r == 1) { r = send_plain(c, i, j); }
+        } else {
+            r = send_plain(c, i, j);
+        }
+        i = j;
+    }
+    c->nouts = 0; c->used = 0;
+    return r < 0 ? r : 0;
 }
 
 /* Run the op for up to slice_s: returns dlc_client_done()'s answer, or -errno if sending
@@ -557,18 +617,22 @@ int dlc_client_run(dlc_client *c, double slice_s) {
     struct mmsghdr msgs[RX_BATCH];
     struct iovec iovs[RX_BATCH];
     struct sockaddr_in addrs[RX_BATCH];
+    char ctrl[RX_BATCH][64];
+    int one = 1, zero = 0;
+    /* results of a batch arrive whole (UDP_GRO) while this op runs; a Python op on the same
+     * socket (sparse rounds) reads plain datagrams */
+    int gro = c->gso && setsockopt(c->fd, SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
     double until = dlc_now() + slice_s;
-    int r = flush(c);
-    if (r < 0) return r;
-    for (;;) {
-        int state = dlc_client_done(c);
-        if (state) return state;
+    int r = flush(c), state = 0;
+    while (r >= 0) {
+        state = dlc_client_done(c);
+        if (state) break;
         double now = dlc_now();
-        if (now >= until) return 0;
+        if (now >= until) break;
         double wait = dlc_client_next_deadline(c) - now;
         if (wait <= 0) {
             dlc_client_on_timeout(c, now);
-            if ((r = flush(c)) < 0) return r;
+            r = flush(c);
             continue;
         }
         if (wait > until - now) wait = until - now;
@@ -577,6 +641,7 @@ int dlc_client_run(dlc_client *c, double slice_s) {
             memset(&msgs[i].msg_hdr, 0, sizeof msgs[i].msg_hdr);
             msgs[i].msg_hdr.msg_name = &addrs[i]; msgs[i].msg_hdr.msg_namelen = sizeof addrs[i];
             msgs[i].msg_hdr.msg_iov = &iovs[i]; msgs[i].msg_hdr.msg_iovlen = 1;
+            msgs[i].msg_hdr.msg_control = ctrl[i]; msgs[i].msg_hdr.msg_controllen = 64;
         }
         int n = recvmmsg(c->fd, msgs, RX_BATCH, MSG_DONTWAIT, NULL);
         if (n <= 0) {
@@ -587,12 +652,25 @@ int dlc_client_run(dlc_client *c, double slice_s) {
         }
         now = dlc_now();
         for (int i = 0; i < n; i++) {
-            if (dropped(c)) continue;
-            c->stats[S_RECV]++;
-            c->stats[S_BRECV] += msgs[i].msg_len;
-            dlc_client_on_datagram(c, c->rx + (size_t)i * 65536, msgs[i].msg_len,
-                                   ntohl(addrs[i].sin_addr.s_addr), ntohs(addrs[i].sin_port), now);
+            size_t len = msgs[i].msg_len, seg = len;
+            for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msgs[i].msg_hdr); cm;
+                 cm = CMSG_NXTHDR(&msgs[i].msg_hdr, cm))
+                if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
+                    int g; memcpy(&g, CMSG_DATA(cm), sizeof g);
+                    if (g > 0) seg = (size_t)g;
+                }
+            uint32_t ip = ntohl(addrs[i].sin_addr.s_addr);
+            uint16_t port = ntohs(addrs[i].sin_port);
+            for (size_t off = 0; off < len; off += seg) {
+                size_t part = len - off < seg ? len - off : seg;
+                if (dropped(c)) continue;
+                c->stats[S_RECV]++;
+                c->stats[S_BRECV] += part;
+                dlc_client_on_datagram(c, c->rx + (size_t)i * 65536 + off, part, ip, port, now);
+            }
         }
-        if ((r = flush(c)) < 0) return r;
+        r = flush(c);
     }
+    if (gro) setsockopt(c->fd, SOL_UDP, UDP_GRO, &zero, sizeof zero);
+    return r < 0 ? r : state;
 }
