@@ -78,7 +78,8 @@ def _train_config(config_file: str | None, json_path: str | None, **cli_values: 
 @switch_options
 @network_options
 @train_options
-def train(switch: str | None, switch_shards: int, drop_rate: float, **values: Any) -> None:
+def train(switch: str | None, switch_shards: int, drop_rate: float, mtu: int,
+          **values: Any) -> None:
     """Train a workload on N workers (DDP over gloo, env:// rendezvous)."""
     from dlcomm.emulate.placement import NetworkOptions, placement
     from dlcomm.exchange import EXCHANGES
@@ -89,7 +90,7 @@ def train(switch: str | None, switch_shards: int, drop_rate: float, **values: An
     from dlcomm.workloads import WORKLOADS
 
     cfg = _train_config(**values)
-    net = NetworkOptions(cfg.network, cfg.bandwidth, cfg.topology, cfg.cluster)
+    net = NetworkOptions(cfg.network, cfg.bandwidth, cfg.topology, cfg.cluster, mtu)
     WORKLOADS.check(cfg.workload)
     EXCHANGES.check(cfg.exchange)
     check_sync(cfg.sync, cfg.workers)

@@ -21,6 +21,9 @@ def network_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--topology", help="Emulated topology: star (default) or "
                                         "leafspine:RACKS:HOSTS_PER_RACK:OVERSUB."),
         click.option("--cluster", help="Run on a cluster made by `dlcomm cluster up --name`."),
+        click.option("--mtu", type=click.IntRange(576, 65535), default=9000, show_default=True,
+                     help="MTU of the emulated links (1500: standard Ethernet frames; the "
+                          "switch exchange sizes its packets to fit)."),
     ]
     for option in reversed(options):
         func = option(func)

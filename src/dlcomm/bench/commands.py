@@ -58,7 +58,7 @@ def bench_allreduce(exchanges: str, workers: int, size: str, reps: int, warmup: 
     from dlcomm.results import check_writable, write_json
 
     net_opts = NetworkOptions(net["network"] or "loopback", net["bandwidth"],
-                              net["topology"] or "star", net["cluster"])
+                              net["topology"] or "star", net["cluster"], net["mtu"])
     cfg = AllreduceBench(tuple(split_specs(exchanges)), workers, parse_size(size), reps, warmup,
                          seed, timeout_s, density=density, pattern=pattern, block=block,
                          interleave=interleave)
@@ -148,7 +148,7 @@ def bench_sync(syncs: str | None, scenarios: str, workers: int, workload: str,
                     tuple(split_specs(scenarios)), workers, workload, compute_ms, epochs,
                     eval_every, target, seed, timeout_s)
     net_opts = NetworkOptions(net["network"] or "loopback", net["bandwidth"],
-                              net["topology"] or "star", net["cluster"])
+                              net["topology"] or "star", net["cluster"], net["mtu"])
     check_writable(json_path, "--json")
     check_writable(plot, "--plot")
     result = run_sync_bench(cfg, net_opts, progress=lambda msg: click.echo(msg, err=True))

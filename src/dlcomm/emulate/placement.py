@@ -61,8 +61,10 @@ class ClusterPlacement(Placement):
     def env(self, rank: int) -> dict[str, str]:
         # gloo must use the emulated interface, not whatever the hostname resolves to;
         # c10d warns that a namespace has no resolvable hostname, which is expected here.
+        # the switch exchange sizes its packets to the links' frames (exchange/switch/spec.py)
         return {"GLOO_SOCKET_IFNAME": "eth0", WIRE_DEV_VAR: "eth0",
-                HOST_ADDR_ENV: self.cluster.address(rank), "TORCH_CPP_LOG_LEVEL": "ERROR"}
+                HOST_ADDR_ENV: self.cluster.address(rank), "TORCH_CPP_LOG_LEVEL": "ERROR",
+                "DLCOMM_PATH_MTU": str(self.cluster.plan.spec.mtu)}
 
     def netns(self, rank: int) -> str | None:
         return self.cluster.plan.host_of(rank)

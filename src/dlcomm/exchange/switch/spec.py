@@ -2,7 +2,7 @@
 
     switch:addr=HOST:PORT[+HOST:PORT...],fp=SHA256[+SHA256...],token_file=PATH,
            auth=authenticated|encrypted|none,k=15872,window=8,timeout_ms=200,deadline_s=30,
-           drop=0,seed=0,multicast=auto|off,client=native|python
+           drop=0,seed=0,multicast=auto|off,client=native|python,mtu=N
     sparse-switch:block=256,threshold=0,...   only the blocks that carry data (OmniReduce)
     auto:block=256,threshold=0,...            dense or sparse per tensor, from its density
 
@@ -16,7 +16,11 @@ a switch beyond loopback requires (``$DLCOMM_SWITCH_TOKEN_FILE``); ``auth`` is t
 protection (docs/security.md): a tag on every packet (the default), encrypted payloads too,
 or none (a trusted network only). ``client`` is the worker's data path for dense rounds:
 the native one (dlcomm.native.client; the default, ``$DLCOMM_CLIENT``) or its Python
-specification (sparse rounds always run in Python).
+specification (sparse rounds always run in Python). ``mtu`` sizes packets to the path
+(one lost frame then costs one packet, not a datagram of many IP fragments): k is the
+largest multiple of the block size (256 in dense mode, so that all three modes still give
+the same sums) whose datagram fits one frame; dlcomm's emulated clusters tell their workers
+their MTU (``$DLCOMM_PATH_MTU``), which is then the default. ``mtu=0``: datagrams up to 64 KB.
 """
 
 from __future__ import annotations
@@ -32,16 +36,18 @@ from dlcomm.wire.auth import AUTH_MODES
 from dlcomm.wire.packet import max_elements
 
 __all__ = ["SwitchSpec", "parse_switch_spec", "SWITCH_ENV", "FP_ENV", "TOKEN_ENV", "CLIENT_ENV",
-           "MAX_K", "DEFAULT_BLOCK", "DEFAULT_K", "DEFAULT_WINDOW", "MODES"]
+           "MTU_ENV", "k_for_mtu", "MAX_K", "DEFAULT_BLOCK", "DEFAULT_K", "DEFAULT_WINDOW", "MODES"]
 
 SWITCH_ENV = "DLCOMM_SWITCH"  # set by dlcomm's launchers when they start the switch
 FP_ENV = "DLCOMM_SWITCH_FP"
 TOKEN_ENV = "DLCOMM_SWITCH_TOKEN_FILE"
 CLIENT_ENV = "DLCOMM_CLIENT"
+MTU_ENV = "DLCOMM_PATH_MTU"
+FRAME_OVERHEAD = 20 + 8 + 32 + 16   # IPv4, UDP, dlcomm's header and tag
 MAX_K = 16000  # 64,032-byte datagrams: near the UDP maximum, few per-packet costs
 DEFAULT_BLOCK = 256
 DEFAULT_K = MAX_K // DEFAULT_BLOCK * DEFAULT_BLOCK  # 15,872: dense chunks = sparse groups
-DEFAULT_WINDOW = 8  # per shard: enough to fill a link, small enough not to overflow queues
+DEFAULT_WINDOW = 8  # per shard at the default k (more for smaller packets: the same bytes)
 MODES = {"dense": "switch", "sparse": "sparse-switch", "auto": "auto"}  # mode -> spec name
 
 
@@ -95,6 +101,14 @@ class SwitchSpec:
         return MODES[self.mode]
 
 
+def k_for_mtu(mtu: int, block: int) -> int:
+    """The largest multiple of ``block`` elements whose datagram fits a frame of ``mtu``."""
+    if mtu < FRAME_OVERHEAD + 4 * block:
+        raise ConfigError(f"an MTU of {mtu} cannot carry a block of {block} elements "
+                          f"({FRAME_OVERHEAD + 4 * block} bytes)")
+    return (mtu - FRAME_OVERHEAD) // 4 // block * block
+
+
 def parse_switch_spec(mode: str, options: dict[str, str]) -> SwitchSpec:
     """The spec of exchange ``MODES[mode]`` from its ``key=value`` options."""
     name = MODES[mode]
@@ -110,8 +124,14 @@ def parse_switch_spec(mode: str, options: dict[str, str]) -> SwitchSpec:
     block = take_option(opts, "block", int, DEFAULT_BLOCK, owner) if mode != "dense" else 0
     if mode != "dense" and not 32 <= block <= 1024:
         raise ConfigError(f"{owner}: block must be in 32..1024, got {block}")
-    k = take_option(opts, "k", int, MAX_K // block * block if block else DEFAULT_K, owner)
-    window = take_option(opts, "window", int, DEFAULT_WINDOW, owner)
+    mtu = take_option(opts, "mtu", int, int(os.environ.get(MTU_ENV) or 0), owner)
+    default_k = MAX_K // block * block if block else DEFAULT_K
+    if mtu:
+        default_k = min(default_k, k_for_mtu(mtu, block or DEFAULT_BLOCK))
+    k = take_option(opts, "k", int, default_k, owner)
+    # as many bytes in flight as the default window of 64 KB datagrams, whatever k
+    in_flight = -(-DEFAULT_WINDOW * DEFAULT_K // max(k, 1))
+    window = take_option(opts, "window", int, min(256, max(DEFAULT_WINDOW, in_flight)), owner)
     drop = take_option(opts, "drop", float, 0.0, owner)
     seed = take_option(opts, "seed", int, 0, owner)
     threshold = take_option(opts, "threshold", float, 0.0, owner) if mode != "dense" else 0.0
