@@ -156,25 +156,46 @@ static int32_t chunk_exp(const float *restrict x, size_t n) {
     return e;
 }
 
+/* q = rint(x * 2^s) clamped to +-limit, s = 31 - L - e_max (wire/quant.quantize). In float32
+ * when 2^s is a normal float (the product is then exact, as numpy's ldexp): eight lanes; else
+ * in double (tiny exponents), where the product is exact too. */
 __attribute__((target_clones("avx2", "default")))
 static void quantize_into(int32_t *restrict q, const float *restrict x, size_t n, int e_max,
                           int log2n, int32_t limit) {
     if (e_max == EXP_ZERO) { memset(q, 0, 4 * n); return; }
-    const double scale = ldexp(1.0, 31 - log2n - e_max);   /* exact: a power of two */
+    int s = 31 - log2n - e_max;
+    if (s >= -126 && s <= 127) {
+        const float scale = ldexpf(1.0f, s);
+        for (size_t i = 0; i < n; i++) {
+            int32_t v = (int32_t)rintf(x[i] * scale);   /* |x * 2^s| <= 2^(31-L): fits */
+            v = v > limit ? limit : v;
+            q[i] = v < -limit ? -limit : v;
+        }
+        return;
+    }
+    const double scale = ldexp(1.0, s);
     const double lim = (double)limit;
     for (size_t i = 0; i < n; i++) {
         double v = rint((double)x[i] * scale);
         v = v > lim ? lim : v;
-        v = v < -lim ? -lim : v;
-        q[i] = (int32_t)v;
+        q[i] = (int32_t)(v < -lim ? -lim : v);
     }
 }
 
+/* out = float32(t) * 2^-s (wire/quant.dequantize_into): one rounding of the sum to float32,
+ * then an exact scaling (or one more rounding where the result is subnormal or overflows, as
+ * numpy's ldexp in float32 does). */
 __attribute__((target_clones("avx2", "default")))
 static void dequantize_into(float *restrict out, const int32_t *restrict t, size_t n, int e_max,
                             int log2n) {
     if (e_max == EXP_ZERO) { memset(out, 0, 4 * n); return; }
-    const double scale = ldexp(1.0, e_max + log2n - 31);
+    int s = e_max + log2n - 31;
+    if (s >= -126 && s <= 127) {
+        const float scale = ldexpf(1.0f, s);
+        for (size_t i = 0; i < n; i++) out[i] = (float)t[i] * scale;
+        return;
+    }
+    const double scale = ldexp(1.0, s);
     for (size_t i = 0; i < n; i++) out[i] = (float)((double)(float)t[i] * scale);
 }
 
