@@ -255,7 +255,7 @@ static int complete(dlc_ctx *ctx, dlc_job *job, int slot, dlc_copy *c) {
         outs[i].iov[0].iov_base = (void *)frame;
         outs[i].iov[0].iov_len = len;
     }
-    if (ctx->send_fd >= 0 && ctx->gso && !job->group_port && len <= DLC_GSO_MAX_SEG) {
+    if (ctx->send_fd >= 0 && ctx->gso && len <= DLC_GSO_MAX_SEG) {   /* a group too */
         for (int i = 0; i < n; i++) gso_add(ctx, outs[i].ip, outs[i].port, frame, len);
         return n;
     }
