@@ -10,7 +10,8 @@ OUT    := results
 venv: $(STAMP)
 
 # torch first and exactly: `pip install torch==2.13.0` takes the CPU wheel on disk.
-$(STAMP): pyproject.toml
+# The native data path (src/dlcomm/native/csrc) is compiled by pip install with gcc.
+$(STAMP): pyproject.toml setup.py $(wildcard src/dlcomm/native/csrc/*.c src/dlcomm/native/csrc/*.h)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
@@ -27,8 +28,10 @@ demo: $(STAMP)
 	$(VENV)/bin/dlcomm train $(DEMO) --exchange switch --json $(OUT)/demo-switch.json
 	$(VENV)/bin/dlcomm compare $(OUT)/demo-ring.json $(OUT)/demo-switch.json --plot $(OUT)/demo.png
 
+# The suite runs on the native dataplane; the switch's tests run again on the Python one.
 test: $(STAMP)
 	$(PY) -m pytest -q
+	DLCOMM_DATAPLANE=python $(PY) -m pytest -q tests/switch
 
 # Measurements, not tests: long fuzzing/soak runs, then every benchmark writes JSON to $(BENCH).
 # The emulated ones need root. Each command compares its variants side by side in one run.
@@ -41,6 +44,15 @@ bench: $(STAMP)
 	$(PY) -m pytest -q -m "slow or bench"
 	$(DL) bench fidelity --json $(BENCH)/fidelity.json
 	$(DL) bench fuzz --json $(BENCH)/fuzz.json
+	# the native decoder: a coverage-guided campaign (libFuzzer where clang exists, else
+	# gcc's trace-pc driver) from a seed corpus, then the sanitizer replay of all it found
+	rm -rf build/fuzz && mkdir -p build/fuzz/seeds build/fuzz/found
+	$(PY) -c "from dlcomm.testing.native_corpus import write_corpus; write_corpus('build/fuzz/seeds', 3000, 1)"
+	$(PY) -m dlcomm.native.harness fuzzer build/fuzz --gcc
+	$(PY) -m dlcomm.native.harness sanitized build/fuzz
+	build/fuzz/dlc_fuzz -t 600 -s 1 -o build/fuzz/found build/fuzz/seeds
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 build/fuzz/dlc_replay build/fuzz/seeds build/fuzz/found
+	$(DL) bench switch --json $(BENCH)/switch-rate.json --plot $(BENCH)/switch-rate.png
 	$(DL) bench auth --json $(BENCH)/auth.json
 	$(DL) bench allreduce --exchange "switch:auth=none,switch,switch:auth=encrypted" --workers 4 --size 100MB --reps 30 --interleave $(EMU1G) --json $(BENCH)/switch-auth.json
 	$(DL) bench allreduce --exchange ring,switch --workers 4 --size 100MB $(EMU1G) --json $(BENCH)/switch-n4-1gbit.json

@@ -87,3 +87,16 @@ def test_log2_workers_leaves_headroom():
         assert n * (2 ** (31 - log2_workers(n)) - 1) < 2**31
     assert error_bound(EXP_ZERO, 4) == 0.0
     assert error_bound(0, 8) == 8 * math.ldexp(1, 3 - 31)  # L = 3 for 8 workers
+
+
+def test_an_exponent_below_the_data_clamps_instead_of_overflowing():
+    """Only a forged result can agree on an exponent below a chunk's own peak: the values
+    then saturate at the limit (NaN at 0), and nothing overflows the int32 conversion."""
+    import numpy as np
+
+    from dlcomm.wire.quant import quantize, value_limit
+
+    x = np.array([1e30, -1e30, 3.0, np.nan], dtype=np.float32)
+    q = quantize(x, 2, 4)
+    limit = value_limit(4)
+    assert q.tolist()[:2] == [limit, -limit] and q[3] == 0

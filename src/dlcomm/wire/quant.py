@@ -85,11 +85,21 @@ def quantize(x: np.ndarray, e_max: int, n: int) -> np.ndarray:
         return np.zeros(len(x), dtype=np.int32)
     limit = value_limit(n)
     v = np.ldexp(x, np.int32(shift_for(e_max, n)))  # exact; 2^s itself may exceed float32
+    _bound(v, limit)
     np.rint(v, out=v)  # |v| <= 2^(31-L) <= 2^30: fits int32 before the clamp
     q: np.ndarray = v.astype(np.int32)
     np.minimum(q, limit, out=q)
     np.maximum(q, -limit, out=q)
     return q
+
+
+def _bound(v: np.ndarray, limit: int) -> None:
+    """Keep scaled values within +-2^(31-L) (exact in float32) and NaN at 0 before they are
+    converted to int32: an agreed exponent below the chunk's own (a forged result; honest
+    ones never are) would otherwise overflow the conversion."""
+    cap = np.float32(limit + 1)
+    np.clip(v, -cap, cap, out=v)
+    np.nan_to_num(v, copy=False)
 
 
 def dequantize_into(out: np.ndarray, total: np.ndarray, e_max: int, n: int) -> None:
@@ -114,6 +124,7 @@ def quantize_rows(rows: np.ndarray, e_rows: np.ndarray, n: int) -> np.ndarray:
     limit = value_limit(n)
     shifts = np.where(e_rows == EXP_ZERO, 0, 31 - log2_workers(n) - e_rows).astype(np.int32)
     v = np.ldexp(rows, shifts[:, None])
+    _bound(v, limit)
     np.rint(v, out=v)
     q: np.ndarray = v.astype(np.int32)
     q[e_rows == EXP_ZERO] = 0

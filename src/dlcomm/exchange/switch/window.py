@@ -276,7 +276,8 @@ class AllreduceOp:
     def _on_result(self, pos: _Position, hdr: Header, payload: memoryview | bytes,
                    now: float) -> list[Send] | None:
         """Dense: dequantize the chunk's sum, move the position to its next chunk."""
-        if pos.header is None or hdr.flags & SPARSE or hdr.numel != pos.header.numel:
+        if pos.header is None or hdr.flags & SPARSE or hdr.numel != pos.header.numel or \
+                len(payload) != 4 * hdr.numel:   # a RESULT flagged PROBE skips check_length
             return None
         if pos.chunk >= 0:
             lo = pos.header.tsi

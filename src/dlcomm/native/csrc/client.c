@@ -105,7 +105,10 @@ dlc_client *dlc_client_new(int fd, int rank, int workers, int k, int auth, doubl
     c->cap = (size_t)CL_MAX_OUTS * 128 + 8 * 65600;
     c->scratch = malloc(c->cap);
     c->rx = malloc((size_t)RX_BATCH * 65536);
-    if (!c->crypto || !c->scratch || !c->rx) { free(c->scratch); free(c->rx); free(c); return NULL; }
+    if (!c->crypto || !c->scratch || !c->rx) {
+        dlc_crypto_free(c->crypto); free(c->scratch); free(c->rx); free(c);
+        return NULL;
+    }
     return c;
 }
 
@@ -165,18 +168,27 @@ static void quantize_into(int32_t *restrict q, const float *restrict x, size_t n
     if (e_max == EXP_ZERO) { memset(q, 0, 4 * n); return; }
     int s = 31 - log2n - e_max;
     if (s >= -126 && s <= 127) {
-        const float scale = ldexpf(1.0f, s);
+        /* bounded to +-2^(31-L) and NaN to 0 before the conversion, as wire/quant._bound:
+         * only a forged exponent below the chunk's own can reach the bound */
+        const float scale = ldexpf(1.0f, s), cap = ldexpf(1.0f, 31 - log2n);
         for (size_t i = 0; i < n; i++) {
-            int32_t v = (int32_t)rintf(x[i] * scale);   /* |x * 2^s| <= 2^(31-L): fits */
+            float f = x[i] * scale;
+            f = f > cap ? cap : f;
+            f = f < -cap ? -cap : f;
+            f = f == f ? f : 0.0f;
+            int32_t v = (int32_t)rintf(f);
             v = v > limit ? limit : v;
             q[i] = v < -limit ? -limit : v;
         }
         return;
     }
-    const double scale = ldexp(1.0, s);
+    const double scale = ldexp(1.0, s), cap = ldexp(1.0, 31 - log2n);
     const double lim = (double)limit;
     for (size_t i = 0; i < n; i++) {
-        double v = rint((double)x[i] * scale);
+        double v = (double)x[i] * scale;
+        v = v > cap ? cap : v;
+        v = v < -cap ? -cap : v;
+        v = rint(v == v ? v : 0.0);
         v = v > lim ? lim : v;
         q[i] = (int32_t)(v < -lim ? -lim : v);
     }
@@ -380,7 +392,8 @@ static void on_packet(dlc_client *c, int si, const dlc_hdr *h, const uint8_t *pa
     }
     if (h->type != T_RESULT) return;
     if (h->exp == EXP_NONFINITE) { nonfinite(c); return; }
-    if ((h->flags & F_SPARSE) || h->numel != p->numel) return;
+    /* numel values, exactly: on_datagram's length check passes a RESULT flagged PROBE */
+    if ((h->flags & F_SPARSE) || h->numel != p->numel || plen != 4u * h->numel) return;
     double sent_at = p->sent_at;
     int probed = p->probed, nxt;
     if (p->chunk >= 0) {

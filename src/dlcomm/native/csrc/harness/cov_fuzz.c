@@ -32,6 +32,7 @@ extern void __sanitizer_set_death_callback(void (*callback)(void)) __attribute__
 #define MAP_SIZE (1u << 16)
 #define MAX_CORPUS 16384
 #define MAX_RECORDS 512
+#define MAX_LEN_LIMIT (1u << 20)
 
 /* -- coverage -------------------------------------------------------------------------- */
 static uint8_t trace[MAP_SIZE];    /* this run's hit counts per edge (saturating) */
@@ -192,10 +193,6 @@ static size_t record_end(const input *b, size_t at) {
     return end < b->n ? end : b->n;
 }
 
-static void set_length(input *b, size_t at, size_t len) {
-    put(b, at + 1, len, 2);
-}
-
 /* -- mutations ------------------------------------------------------------------------- */
 static const uint64_t INTERESTING[] = {
     0, 1, 2, 0x7F, 0x80, 0xFF, 0x100, 64, 4095, 4096, 0x7FFF, 0x8000 /* -32768 */, 0xFFFF,
@@ -223,63 +220,67 @@ static void new_record(input *b, size_t at) {
     insert(b, at, rec, 3 + len);
 }
 
+/* A header field of the record at r (ending at end): an interesting value, or (arith) its
+ * value a little up or down: seq + 1, counter - 1, ... */
+static void mutate_field(input *b, size_t r, size_t end, int arith) {
+    size_t f = rnd(NFIELDS), p = r + 3 + FIELDS[f][0], w = FIELDS[f][1];
+    uint64_t v = 0, delta = 1 + rnd(16);
+    if (p + w > end) return;
+    for (size_t i = 0; i < w; i++) v |= (uint64_t)b->d[p + i] << (8 * i);
+    v = !arith ? INTERESTING[rnd(NINTERESTING)] : rnd(2) ? v + delta : v - delta;
+    put(b, p, v, w);
+}
+
+/* The record's length field: the body follows (half the time), or the records desync. */
+static void mutate_length(input *b, size_t r, size_t end) {
+    if (end - r < 3) return;
+    size_t old = end - r - 3, len, before = b->n;
+    switch (rnd(4)) {
+    case 0: len = old + 1 + rnd(8); break;
+    case 1: len = old - rnd(old < 8 ? old + 1 : 9); break;
+    case 2: len = rnd(2) ? 0 : 0xFFFF; break;
+    default: len = rnd(0x10000); break;
+    }
+    if (len > 0xFFFF) len = 0xFFFF;
+    if (rnd(2)) {
+        if (len > old) insert(b, end, NULL, len - old); else erase(b, r + 3 + len, old - len);
+        len = b->n + old - before;   /* what insert() had room for */
+    }
+    put(b, r + 1, len, 2);
+}
+
+/* A record of another corpus input, inserted at `at`. */
+static void splice_record(input *b, size_t at) {
+    const input *o = &corpus[rnd((size_t)ncorpus)];
+    size_t oat[MAX_RECORDS];
+    int n = records(o, oat);
+    if (!n) return;
+    size_t s = oat[rnd((size_t)n)];
+    insert(b, at, o->d + s, record_end(o, s) - s);
+}
+
 static void mutate_one(input *b) {
     size_t at[MAX_RECORDS];
     int nrec = records(b, at);
     size_t r = nrec ? at[rnd((size_t)nrec)] : 0, end = nrec ? record_end(b, r) : 0;
-    switch (b->n ? rnd(12) : 7) {
-    case 0: if (b->n) b->d[rnd(b->n)] ^= (uint8_t)(1u << rnd(8)); break;
-    case 1: if (b->n) b->d[rnd(b->n)] = (uint8_t)(rnd(2) ? rnd(256) : INTERESTING[rnd(NINTERESTING)]); break;
-    case 2: {   /* an interesting value into a header field of a record */
-        size_t f = rnd(NFIELDS);
-        if (r + 3 + FIELDS[f][0] < end) put(b, r + 3 + FIELDS[f][0], INTERESTING[rnd(NINTERESTING)], FIELDS[f][1]);
-        break;
-    }
-    case 3: {   /* a header field a little up or down (seq + 1, counter - 1, ...) */
-        size_t f = rnd(NFIELDS), p = r + 3 + FIELDS[f][0], w = FIELDS[f][1];
-        uint64_t v = 0;
-        if (p + w > end) break;
-        for (size_t i = 0; i < w; i++) v |= (uint64_t)b->d[p + i] << (8 * i);
-        uint64_t delta = 1 + rnd(16);
-        put(b, p, rnd(2) ? v + delta : v - delta, w);
-        break;
-    }
-    case 4: if (nrec) insert(b, end, b->d + r, end - r); break;   /* duplicate a record */
-    case 5: if (nrec > 1) erase(b, r, end - r); break;                /* delete one */
-    case 6: if (b->n) b->n = rnd(b->n); break;                        /* truncate */
+    uint8_t junk[8];
+    switch (b->n ? rnd(12) : 7) {   /* an empty input can only grow */
+    case 0: b->d[rnd(b->n)] ^= (uint8_t)(1u << rnd(8)); break;
+    case 1: b->d[rnd(b->n)] = (uint8_t)(rnd(2) ? rnd(256) : INTERESTING[rnd(NINTERESTING)]); break;
+    case 2: mutate_field(b, r, end, 0); break;
+    case 3: mutate_field(b, r, end, 1); break;
+    case 4: insert(b, end, b->d + r, end - r); break;        /* a record twice */
+    case 5: if (nrec > 1) erase(b, r, end - r); break;       /* a record less */
+    case 6: b->n = rnd(b->n); break;                         /* cut short */
     case 7: new_record(b, nrec && rnd(2) ? r : b->n); break;
-    case 8: {   /* splice: a record of another input */
-        input *o = &corpus[rnd((size_t)ncorpus)];
-        size_t oat[MAX_RECORDS];
-        int on = records(o, oat);
-        if (on) { size_t s = oat[rnd((size_t)on)]; insert(b, nrec ? r : 0, o->d + s, record_end(o, s) - s); }
-        break;
-    }
-    case 9: if (nrec) b->d[r] = (uint8_t)rnd(256); break;             /* another selector */
-    case 10: {  /* a length tweak: the body follows (half the time), or the records desync */
-        if (!nrec || end - r < 3) break;
-        size_t old = end - r - 3, len, before = b->n;
-        switch (rnd(4)) {
-        case 0: len = old + 1 + rnd(8); break;
-        case 1: len = old - rnd(old < 8 ? old + 1 : 9); break;
-        case 2: len = rnd(2) ? 0 : 0xFFFF; break;
-        default: len = rnd(0x10000); break;
-        }
-        if (len > 0xFFFF) len = 0xFFFF;
-        if (rnd(2)) {
-            if (len > old) insert(b, end, NULL, len - old); else erase(b, r + 3 + len, old - len);
-            len = b->n + old - before;   /* what insert() had room for */
-        }
-        set_length(b, r, len);
-        break;
-    }
-    default: {  /* random bytes in or out */
-        uint8_t junk[8];
+    case 8: splice_record(b, r); break;
+    case 9: b->d[r] = (uint8_t)rnd(256); break;              /* another selector */
+    case 10: mutate_length(b, r, end); break;
+    default:                                                 /* random bytes in or out */
         for (int i = 0; i < 8; i++) junk[i] = (uint8_t)rnd(256);
-        if (rnd(2) && b->n) erase(b, rnd(b->n), 1 + rnd(8));
+        if (rnd(2)) erase(b, rnd(b->n), 1 + rnd(8));
         else insert(b, rnd(b->n + 1), junk, 1 + rnd(8));
         break;
-    }
     }
 }
 
@@ -329,10 +330,16 @@ static void keep(const uint8_t *data, size_t size, int save) {
     if (f) { fwrite(data, 1, size, f); fclose(f); }
 }
 
+static int max_len_given;
+
+/* A seed, whole: unless -m was given, max_len grows to the largest seed (as libFuzzer's). */
 static void load_file(const char *path) {
+    struct stat st;
     FILE *f = fopen(path, "rb");
-    if (!f) return;
-    uint8_t *d = malloc(max_len ? max_len : 1);
+    if (!f || fstat(fileno(f), &st)) { if (f) fclose(f); return; }
+    if (!max_len_given && (size_t)st.st_size > max_len)
+        max_len = (size_t)st.st_size < MAX_LEN_LIMIT ? (size_t)st.st_size : MAX_LEN_LIMIT;
+    uint8_t *d = malloc(max_len);
     size_t n = d ? fread(d, 1, max_len, f) : 0;
     fclose(f);
     if (d && (run(d, n) || ncorpus == 0)) keep(d, n, 0);
@@ -370,7 +377,7 @@ int main(int argc, char **argv) {
         case 't': seconds = atof(optarg); break;
         case 'n': runs = strtoul(optarg, NULL, 10); break;
         case 's': rng_state = strtoull(optarg, NULL, 10) * 0x9E3779B97F4A7C15ull | 1; break;
-        case 'm': max_len = strtoul(optarg, NULL, 10); break;
+        case 'm': max_len = strtoul(optarg, NULL, 10); max_len_given = 1; break;
         case 'T': timeout_s = (unsigned)atoi(optarg); break;
         case 'o': out_dir = optarg; save = 1; break;
         default:
@@ -381,6 +388,7 @@ int main(int argc, char **argv) {
     }
     if (!seconds && !runs) seconds = 10;
     if (max_len < 16) max_len = 16;
+    if (max_len > MAX_LEN_LIMIT) max_len = MAX_LEN_LIMIT;
     install_handlers();
     double t0 = now_s();
     run(NULL, 0);   /* the empty input: the baseline every other input is measured against */

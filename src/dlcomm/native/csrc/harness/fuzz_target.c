@@ -12,13 +12,16 @@
  *         paths of authenticated jobs (rounds, completions, resends, mismatches).
  *   0x40  deliver to the client (rank 0 of job J_MAC) instead of the switch.
  * The clock advances STEP_S per record. After every record the invariants below are checked
- * and a broken one abort()s.
+ * (well-formed outputs from the switch, results only to their job's addresses, no answer
+ * larger than its datagram, at most one answer per datagram, slow-path datagrams intact,
+ * the client's outputs well-formed and to its switch); a broken one abort()s.
  *
  * Every input starts from the same state (the jobs registered anew; the client made anew,
- * its op begun, at the input's first client record): a crash file reproduces alone. Within an input, the state is reset every RESET_EVERY
- * records and RESET_AFTER_FAIL records after a job failed, so that it does not only grow.
+ * its op begun, at the input's first client record): a crash file reproduces alone. Within
+ * an input, the state is reset every RESET_EVERY records and RESET_AFTER_FAIL records after
+ * a job failed, so that it does not only grow.
  *
- * The fixed keys (KEYS_MAC, KEYS_ENC) are mirrored in src/dlcomm/native/corpus.py, which
+ * The fixed keys (KEYS_MAC, KEYS_ENC) are mirrored in src/dlcomm/testing/native_corpus.py, which
  * writes seed inputs: the two must match. Builds with clang -fsanitize=fuzzer, or with gcc
  * and cov_fuzz.c / replay_main.c (src/dlcomm/native/harness.py). */
 #include <stdint.h>
@@ -104,6 +107,7 @@ static struct {
     uint8_t *slow, *taken;   /* room for a slow-path datagram, the client's outputs */
     float data[CLIENT_ELEMENTS], out[CLIENT_ELEMENTS];
     double now; unsigned long records; int reset_in;
+    unsigned long ops_done, ops_failed;   /* the client's, for -DDLC_FUZZ_STATS */
 } S;
 
 static void fail(const char *what, long a, long b) {
@@ -129,7 +133,7 @@ static void add_job(const fz_job *j) {
     uint32_t ips[3];
     uint16_t ports[3];
     for (int r = 0; r < j->workers; r++) { ips[r] = ADDR_IP[r]; ports[r] = ADDR_PORT[r]; }
-    if (j->keys) for (int i = 0; i < 2 * j->workers + 1; i++) memcpy(keys + 16 * i, j->keys[i], 16);
+    for (int i = 0; j->keys && i < 2 * j->workers + 1; i++) memcpy(keys + 16 * i, j->keys[i], 16);
     if (dlc_job_add(S.sw, j->id, j->workers, ips, ports, SLOTS, K, value_limit(j->workers),
                     j->auth, keys, j->group_ip, j->group_port, j->python))
         fail("dlc_job_add refused a fixed job", j->id, 0);
@@ -148,7 +152,8 @@ static dlc_client *client(void) {
     uint8_t keys[48];   /* dlc_client_shard's layout: up, down, result */
     memcpy(keys, KEYS_MAC[0], 16); memcpy(keys + 16, KEYS_MAC[3], 16);
     memcpy(keys + 32, KEYS_MAC[6], 16);
-    S.client = dlc_client_new(-1, 0, 3, K, AUTH_MAC, 0.02, 0.005, 0.1, 0.5, 0.0, 0);
+    /* timeouts of 5-50 ms, and it gives up after 0.1 s (100 records) without progress */
+    S.client = dlc_client_new(-1, 0, 3, K, AUTH_MAC, 0.02, 0.005, 0.05, 0.1, 0.0, 0);
     if (!S.client || dlc_client_shard(S.client, ADDR_IP[A_SWITCH], ADDR_PORT[A_SWITCH], J_MAC,
                                       CLIENT_SLOTS, keys) < 0)
         fail("cannot make the client", 0, 0);
@@ -220,6 +225,17 @@ static const uint8_t *up_key(const uint8_t *bytes, size_t n, int addr, int *mode
 }
 
 /* -- invariants ------------------------------------------------------------------------ */
+/* A result goes to its job's group, or to one of the job's workers (every worker, or the
+ * one that asked for it again). */
+static void check_result_to(const dlc_out *o, const dlc_hdr *h) {
+    const fz_job *j = job_of(h->job);
+    if (!j || j->python) fail("a result of a job the switch does not serve", h->job, 0);
+    if (j->group_port && o->ip == j->group_ip && o->port == j->group_port) return;
+    for (int r = 0; r < j->workers; r++)
+        if (o->ip == ADDR_IP[r] && o->port == ADDR_PORT[r]) return;
+    fail("a result to an address outside its job", (long)o->ip, o->port);
+}
+
 /* The switch's outputs for a datagram of in_len bytes: well-formed headers from the switch;
  * besides results, at most one answer and never larger than what caused it (no
  * amplification: a probe pads itself to the answer it asks for). */
@@ -230,12 +246,13 @@ static void check_switch_outputs(size_t in_len, int r) {
     for (int i = 0; i < o->n; i++) {
         size_t len = 0;
         for (int v = 0; v < o->out[i].niov; v++) len += o->out[i].iov[v].iov_len;
-        if (o->out[i].niov != 1 || len < DLC_HDR) fail("an output shorter than a header", i, (long)len);
+        if (o->out[i].niov != 1 || len < DLC_HDR)
+            fail("an output shorter than a header", i, (long)len);
         dlc_hdr h;
         dlc_hdr_unpack(o->out[i].iov[0].iov_base, &h);
         if (h.magic != DLC_MAGIC || h.version != DLC_VERSION || h.worker != DLC_SWITCH_RANK)
             fail("an output with a bad header", h.magic, h.worker);
-        if (h.type == T_RESULT) continue;
+        if (h.type == T_RESULT) { check_result_to(&o->out[i], &h); continue; }
         if (len > in_len) fail("an answer larger than its datagram", (long)len, (long)in_len);
         answers++;
     }
@@ -309,7 +326,9 @@ static void client_tick(void) {
         dlc_client_on_timeout(S.client, S.now);
         client_outputs();
     }
-    if (dlc_client_done(S.client) != 0) {
+    int done = dlc_client_done(S.client);
+    if (done) {
+        if (done > 0) S.ops_done++; else S.ops_failed++;
         client_begin();
         client_outputs();
     }
@@ -335,6 +354,27 @@ static void one_record(uint8_t sel, const uint8_t *bytes, size_t n) {
     if (S.records % RESET_EVERY == 0 || (S.reset_in >= 0 && S.reset_in-- == 0)) reset_state();
 }
 
+#ifdef DLC_FUZZ_STATS
+/* -DDLC_FUZZ_STATS: the switch's non-zero counters after each input (which paths a corpus
+ * reaches; the counters of dlc.h, cumulative over the inputs). */
+const char *dlc_counter_names(void);
+void dlc_counters(dlc_switch *sw, uint64_t *out);
+
+static void print_stats(void) {
+    uint64_t c[C_COUNT];
+    char names[2048];
+    dlc_counters(S.sw, c);
+    snprintf(names, sizeof names, "%s", dlc_counter_names());
+    fprintf(stderr, "fuzz_target: %lu records:", S.records);
+    char *save = NULL, *name = strtok_r(names, ",", &save);
+    for (int i = 0; i < C_COUNT && name; i++, name = strtok_r(NULL, ",", &save))
+        if (c[i]) fprintf(stderr, " %s=%llu", name, (unsigned long long)c[i]);
+    fprintf(stderr, " client_ops_done=%lu client_ops_failed=%lu\n", S.ops_done, S.ops_failed);
+}
+#else
+static void print_stats(void) {}
+#endif
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!S.sw) init();
     S.now = T0;
@@ -349,5 +389,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         one_record(sel, data + body, n);
         at = body + n;
     }
+    print_stats();
     return 0;
 }

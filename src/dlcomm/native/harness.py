@@ -1,0 +1,120 @@
+"""Builds of the native fuzz harness (csrc/harness/): a sanitizer replay and a fuzzer.
+
+- :func:`build_sanitized`: ``dlc_replay``, the library's sources, the fuzz target and
+  replay_main.c under AddressSanitizer and UndefinedBehaviorSanitizer; it runs the target
+  once on every file (or directory of files) it is given;
+- :func:`build_fuzzer`: ``dlc_fuzz``, with clang's libFuzzer where clang is on PATH, else
+  gcc with cov_fuzz.c (coverage through -fsanitize-coverage=trace-pc), both under the same
+  sanitizers.
+
+A missing compiler or missing OpenSSL headers is a one-line :class:`ConfigError`. Usage::
+
+    python -m dlcomm.native.harness sanitized OUT_DIR   # prints the binary's path
+    python -m dlcomm.native.harness fuzzer OUT_DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+from pathlib import Path
+
+from dlcomm.errors import ConfigError
+
+__all__ = ["build_sanitized", "build_fuzzer", "sanitizer_env", "CSRC", "HARNESS"]
+
+CSRC = Path(__file__).resolve().parent / "csrc"
+HARNESS = CSRC / "harness"
+COMMON = ["-std=c11", "-D_GNU_SOURCE", "-O1", "-g", "-Wall", "-Wextra"]
+SANITIZE = ["-fsanitize=address,undefined,float-cast-overflow", "-fno-sanitize-recover=all",
+            "-fno-omit-frame-pointer"]
+LIBS = ["-lcrypto", "-lm", "-lpthread"]
+
+
+def sanitizer_env() -> dict[str, str]:
+    """The sanitizers' options for a run: leaks count, the first report stops the run."""
+    return {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1",
+            "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"}
+
+
+def library_sources() -> list[Path]:
+    """The library's C sources, as setup.py compiles them."""
+    return sorted(CSRC.glob("*.c"))
+
+
+def _compiler(name: str) -> str:
+    """The compiler's path, once it is known to find OpenSSL's headers."""
+    path = shutil.which(name)
+    if path is None:
+        raise ConfigError(f"building the native fuzz harness needs {name} on PATH "
+                          "(apt-get install gcc)")
+    probe = subprocess.run([path, "-E", "-x", "c", "-o", "/dev/null", "-"],
+                           input="#include <openssl/evp.h>\n", capture_output=True, text=True,
+                           timeout=60)
+    if probe.returncode != 0:
+        raise ConfigError(f"building the native fuzz harness needs OpenSSL's headers "
+                          f"(openssl/evp.h; apt-get install libssl-dev): {name} cannot find "
+                          "them")
+    return path
+
+
+def _run(command: list[str], target: Path) -> None:
+    res = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    if res.returncode != 0:
+        errors = [line for line in res.stderr.splitlines() if "error" in line]
+        first = (errors or res.stderr.splitlines() or ["no output"])[0]
+        raise ConfigError(f"building {target.name} failed: {first}")
+
+
+def build_sanitized(out_dir: str | Path) -> Path:
+    """``out_dir/dlc_replay``: the fuzz target under ASan and UBSan, run on given files."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cc = _compiler("gcc")
+    target = out / "dlc_replay"
+    sources = [*library_sources(), HARNESS / "fuzz_target.c", HARNESS / "replay_main.c"]
+    _run([cc, *COMMON, *SANITIZE, *map(str, sources), "-o", str(target), *LIBS], target)
+    return target
+
+
+def build_fuzzer(out_dir: str | Path, prefer_clang: bool = True) -> Path:
+    """``out_dir/dlc_fuzz``: libFuzzer's (clang) or cov_fuzz.c's (gcc) coverage-guided
+    fuzzer around the target, under ASan and UBSan. Their command lines differ (libFuzzer:
+    ``-max_total_time=S DIR``; cov_fuzz: ``-t S -o DIR SEEDS``)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / "dlc_fuzz"
+    sources = [str(p) for p in [*library_sources(), HARNESS / "fuzz_target.c"]]
+    if prefer_clang and shutil.which("clang"):
+        cc = _compiler("clang")
+        flags = [flag.replace("address,undefined", "fuzzer,address,undefined")
+                 for flag in SANITIZE]
+        _run([cc, *COMMON, *flags, *sources, "-o", str(target), *LIBS], target)
+        return target
+    cc = _compiler("gcc")
+    driver = out / "cov_fuzz.o"   # built without trace-pc: the driver is not what is measured
+    _run([cc, *COMMON, *SANITIZE, "-c", str(HARNESS / "cov_fuzz.c"), "-o", str(driver)], driver)
+    _run([cc, *COMMON, *SANITIZE, "-fsanitize-coverage=trace-pc", *sources, str(driver),
+          "-o", str(target), *LIBS], target)
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dlcomm.native.harness",
+                                     description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("kind", choices=("sanitized", "fuzzer"))
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--gcc", action="store_true", help="the gcc fuzzer even if clang exists")
+    args = parser.parse_args(argv)
+    try:
+        path = build_sanitized(args.out_dir) if args.kind == "sanitized" else \
+            build_fuzzer(args.out_dir, prefer_clang=not args.gcc)
+    except ConfigError as exc:
+        parser.exit(2, f"dlcomm: error: {exc}\n")
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
