@@ -20,7 +20,9 @@ specification (sparse rounds always run in Python). ``mtu`` sizes packets to the
 (one lost frame then costs one packet, not a datagram of many IP fragments): k is the
 largest multiple of the block size (256 in dense mode, so that all three modes still give
 the same sums) whose datagram fits one frame; dlcomm's emulated clusters tell their workers
-their MTU (``$DLCOMM_PATH_MTU``), which is then the default. ``mtu=0``: datagrams up to 64 KB.
+their MTU (``$DLCOMM_PATH_MTU``), which is then the default of ``switch`` (dense rounds,
+native); ``sparse-switch`` and ``auto`` keep 64 KB datagrams unless given ``mtu``, because
+their sparse rounds run in Python. ``mtu=0``: datagrams up to 64 KB.
 """
 
 from __future__ import annotations
@@ -124,7 +126,10 @@ def parse_switch_spec(mode: str, options: dict[str, str]) -> SwitchSpec:
     block = take_option(opts, "block", int, DEFAULT_BLOCK, owner) if mode != "dense" else 0
     if mode != "dense" and not 32 <= block <= 1024:
         raise ConfigError(f"{owner}: block must be in 32..1024, got {block}")
-    mtu = take_option(opts, "mtu", int, int(os.environ.get(MTU_ENV) or 0), owner)
+    # the path's MTU is the dense default only: sparse rounds run in Python at both ends,
+    # where the cost per datagram, not per byte, sets the pace (docs/native.md)
+    path_mtu = int(os.environ.get(MTU_ENV) or 0) if mode == "dense" else 0
+    mtu = take_option(opts, "mtu", int, path_mtu, owner)
     default_k = MAX_K // block * block if block else DEFAULT_K
     if mtu:
         default_k = min(default_k, k_for_mtu(mtu, block or DEFAULT_BLOCK))

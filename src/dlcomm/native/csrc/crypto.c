@@ -1,32 +1,58 @@
 /* AES-128-GCM tags and ciphertext through the system's libcrypto (never a hand-written
- * primitive), and the replay window of wire/auth.py. A context per thread: the key and
- * nonce are set per packet (the key schedule costs about as much as one block). */
+ * primitive), and the replay window of wire/auth.py. A cache of contexts per thread. */
 #include "dlc.h"
 
 #include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
 
-struct dlc_crypto { EVP_CIPHER_CTX *enc, *dec; };
+/* A context keeps its key schedule and GHASH tables (expanding a key costs far more than
+ * tagging a small packet), so each thread caches one context per key and direction:
+ * direct-mapped by the key's bytes; a packet then only sets its nonce. */
+#define CACHE 64
+typedef struct { uint8_t key[16]; int used; EVP_CIPHER_CTX *ctx; } cached;
+struct dlc_crypto { cached enc[CACHE], dec[CACHE]; };
+
+static unsigned slot_of(const uint8_t key[16]) {
+    uint32_t h;
+    memcpy(&h, key, 4);      /* keys are HKDF output: their bytes are uniform */
+    return h % CACHE;
+}
+
+/* The context for key, its nonce set (the key only if the slot held another key). */
+static EVP_CIPHER_CTX *keyed(cached *table, int encrypt, const uint8_t key[16],
+                             const uint8_t nonce[12]) {
+    cached *c = &table[slot_of(key)];
+    int same = c->used && memcmp(c->key, key, 16) == 0;
+    int ok = encrypt ? EVP_EncryptInit_ex(c->ctx, NULL, NULL, same ? NULL : key, nonce)
+                     : EVP_DecryptInit_ex(c->ctx, NULL, NULL, same ? NULL : key, nonce);
+    if (ok != 1) { c->used = 0; return NULL; }
+    if (!same) { memcpy(c->key, key, 16); c->used = 1; }
+    return c->ctx;
+}
 
 dlc_crypto *dlc_crypto_new(void) {
     dlc_crypto *c = calloc(1, sizeof *c);
     if (!c) return NULL;
-    c->enc = EVP_CIPHER_CTX_new();
-    c->dec = EVP_CIPHER_CTX_new();
-    if (!c->enc || !c->dec ||
-        EVP_EncryptInit_ex(c->enc, EVP_aes_128_gcm(), NULL, NULL, NULL) != 1 ||
-        EVP_DecryptInit_ex(c->dec, EVP_aes_128_gcm(), NULL, NULL, NULL) != 1) {
-        dlc_crypto_free(c);
-        return NULL;
+    for (int i = 0; i < CACHE; i++) {
+        c->enc[i].ctx = EVP_CIPHER_CTX_new();
+        c->dec[i].ctx = EVP_CIPHER_CTX_new();
+        if (!c->enc[i].ctx || !c->dec[i].ctx ||
+            EVP_EncryptInit_ex(c->enc[i].ctx, EVP_aes_128_gcm(), NULL, NULL, NULL) != 1 ||
+            EVP_DecryptInit_ex(c->dec[i].ctx, EVP_aes_128_gcm(), NULL, NULL, NULL) != 1) {
+            dlc_crypto_free(c);
+            return NULL;
+        }
     }
     return c;
 }
 
 void dlc_crypto_free(dlc_crypto *c) {
     if (!c) return;
-    EVP_CIPHER_CTX_free(c->enc);
-    EVP_CIPHER_CTX_free(c->dec);
+    for (int i = 0; i < CACHE; i++) {
+        EVP_CIPHER_CTX_free(c->enc[i].ctx);
+        EVP_CIPHER_CTX_free(c->dec[i].ctx);
+    }
     free(c);
 }
 
@@ -40,17 +66,18 @@ int dlc_seal(dlc_crypto *c, const uint8_t key[16], int mode, uint32_t stream, ui
     uint8_t nonce[12];
     int n = 0;
     nonce_of(nonce, stream, counter);
-    if (EVP_EncryptInit_ex(c->enc, NULL, NULL, key, nonce) != 1) return -1;
+    EVP_CIPHER_CTX *e = keyed(c->enc, 1, key, nonce);
+    if (!e) return -1;
     if (mode == AUTH_MAC) {
-        if (EVP_EncryptUpdate(c->enc, NULL, &n, buf, (int)len) != 1) return -1;
+        if (EVP_EncryptUpdate(e, NULL, &n, buf, (int)len) != 1) return -1;
     } else {
-        if (EVP_EncryptUpdate(c->enc, NULL, &n, buf, DLC_HDR) != 1) return -1;
+        if (EVP_EncryptUpdate(e, NULL, &n, buf, DLC_HDR) != 1) return -1;
         if (len > DLC_HDR &&
-            EVP_EncryptUpdate(c->enc, out + DLC_HDR, &n, buf + DLC_HDR, (int)(len - DLC_HDR)) != 1)
+            EVP_EncryptUpdate(e, out + DLC_HDR, &n, buf + DLC_HDR, (int)(len - DLC_HDR)) != 1)
             return -1;
     }
-    if (EVP_EncryptFinal_ex(c->enc, out + len, &n) != 1) return -1;
-    return EVP_CIPHER_CTX_ctrl(c->enc, EVP_CTRL_GCM_GET_TAG, DLC_TAG, tag) == 1 ? 0 : -1;
+    if (EVP_EncryptFinal_ex(e, out + len, &n) != 1) return -1;
+    return EVP_CIPHER_CTX_ctrl(e, EVP_CTRL_GCM_GET_TAG, DLC_TAG, tag) == 1 ? 0 : -1;
 }
 
 int dlc_open(dlc_crypto *c, const uint8_t key[16], int mode, uint32_t stream, uint64_t counter,
@@ -61,17 +88,18 @@ int dlc_open(dlc_crypto *c, const uint8_t key[16], int mode, uint32_t stream, ui
     size_t body = len - DLC_TAG;
     memcpy(tag, buf + body, DLC_TAG);
     nonce_of(nonce, stream, counter);
-    if (EVP_DecryptInit_ex(c->dec, NULL, NULL, key, nonce) != 1) return -1;
+    EVP_CIPHER_CTX *d = keyed(c->dec, 0, key, nonce);
+    if (!d) return -1;
     if (mode == AUTH_MAC) {
-        if (EVP_DecryptUpdate(c->dec, NULL, &n, buf, (int)body) != 1) return -1;
+        if (EVP_DecryptUpdate(d, NULL, &n, buf, (int)body) != 1) return -1;
     } else {
-        if (EVP_DecryptUpdate(c->dec, NULL, &n, buf, DLC_HDR) != 1) return -1;
+        if (EVP_DecryptUpdate(d, NULL, &n, buf, DLC_HDR) != 1) return -1;
         if (body > DLC_HDR &&
-            EVP_DecryptUpdate(c->dec, plain, &n, buf + DLC_HDR, (int)(body - DLC_HDR)) != 1)
+            EVP_DecryptUpdate(d, plain, &n, buf + DLC_HDR, (int)(body - DLC_HDR)) != 1)
             return -1;
     }
-    if (EVP_CIPHER_CTX_ctrl(c->dec, EVP_CTRL_GCM_SET_TAG, DLC_TAG, tag) != 1) return -1;
-    return EVP_DecryptFinal_ex(c->dec, plain ? plain + (body - DLC_HDR) : tag, &n) == 1 ? 0 : -1;
+    if (EVP_CIPHER_CTX_ctrl(d, EVP_CTRL_GCM_SET_TAG, DLC_TAG, tag) != 1) return -1;
+    return EVP_DecryptFinal_ex(d, plain ? plain + (body - DLC_HDR) : tag, &n) == 1 ? 0 : -1;
 }
 
 /* IPsec's window: a counter is accepted once, and only within DLC_WINDOW_BITS of the highest. */
