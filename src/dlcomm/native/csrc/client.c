@@ -54,6 +54,7 @@ typedef struct {
 
 enum { S_SENT, S_BSENT, S_RECV, S_BRECV, S_RETX, S_PROBES, S_REJECTED, S_DROPS };
 enum { E_NONE, E_SWITCH, E_NONFINITE, E_STUCK, E_NO_ANSWER };
+#define EXP_UNKNOWN INT32_MIN   /* a chunk's exponent not taken yet */
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -266,8 +267,13 @@ static void send_pos(dlc_client *c, cl_pos *p, double now, int probe) {
     push(c, s, out, len);
 }
 
-static int next_exp(const dlc_client *c, int chunk) {
-    return chunk < c->chunks ? c->exps[chunk] : EXP_ZERO;
+static int next_exp(dlc_client *c, int chunk) {
+    if (chunk >= c->chunks) return EXP_ZERO;
+    if (c->exps[chunk] == EXP_UNKNOWN) {   /* taken when first announced: no pass up front */
+        size_t lo = (size_t)chunk * (size_t)c->k, hi = lo + (size_t)c->k;
+        c->exps[chunk] = chunk_exp(c->data + lo, (hi > c->n ? c->n : hi) - lo);
+    }
+    return c->exps[chunk];
 }
 
 static void arm(dlc_client *c, cl_pos *p, int chunk, int e_max, double now) {
@@ -298,10 +304,7 @@ int dlc_client_begin(dlc_client *c, const float *data, float *out, size_t n, dou
     c->chunks = (int)((n + (size_t)c->k - 1) / (size_t)c->k);
     c->exps = malloc(sizeof(int32_t) * (size_t)(c->chunks ? c->chunks : 1));
     if (!c->exps) return -1;
-    for (int j = 0; j < c->chunks; j++) {
-        size_t lo = (size_t)j * (size_t)c->k, hi = lo + (size_t)c->k;
-        c->exps[j] = chunk_exp(data + lo, (hi > n ? n : hi) - lo);
-    }
+    for (int j = 0; j < c->chunks; j++) c->exps[j] = EXP_UNKNOWN;
     int maxslots = 0;
     for (int s = 0; s < c->nshards; s++) maxslots = c->shards[s].slots > maxslots ? c->shards[s].slots : maxslots;
     c->pos = calloc((size_t)maxslots * (size_t)c->nshards + 1, sizeof *c->pos);
@@ -350,7 +353,7 @@ static void nonfinite(dlc_client *c) {
     c->error_kind = E_NONFINITE;
     c->error_arg = -1;
     for (int j = 0; j < c->chunks; j++)
-        if (c->exps[j] == EXP_NONFINITE) { c->error_arg = (long)j * c->k; break; }
+        if (next_exp(c, j) == EXP_NONFINITE) { c->error_arg = (long)j * c->k; break; }
 }
 
 static void on_packet(dlc_client *c, int si, const dlc_hdr *h, const uint8_t *payload,

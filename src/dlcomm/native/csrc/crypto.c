@@ -2,7 +2,9 @@
  * primitive), and the replay window of wire/auth.py. A cache of contexts per thread. */
 #include "dlc.h"
 
+#include <openssl/core_names.h>
 #include <openssl/evp.h>
+#include <openssl/params.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,6 +58,15 @@ void dlc_crypto_free(dlc_crypto *c) {
     free(c);
 }
 
+/* The tag as a parameter of the cipher: straight to the provider (the ctrl interface
+ * translates through a table of names for every packet). */
+static OSSL_PARAM *tag_param(uint8_t tag[16]) {
+    static _Thread_local OSSL_PARAM p[2];
+    p[0] = OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, tag, DLC_TAG);
+    p[1] = OSSL_PARAM_construct_end();
+    return p;
+}
+
 static void nonce_of(uint8_t nonce[12], uint32_t stream, uint64_t counter) {
     memcpy(nonce, &stream, 4);     /* "<IQ": little-endian (this code runs on x86-64/arm64) */
     memcpy(nonce + 4, &counter, 8);
@@ -77,7 +88,7 @@ int dlc_seal(dlc_crypto *c, const uint8_t key[16], int mode, uint32_t stream, ui
             return -1;
     }
     if (EVP_EncryptFinal_ex(e, out + len, &n) != 1) return -1;
-    return EVP_CIPHER_CTX_ctrl(e, EVP_CTRL_GCM_GET_TAG, DLC_TAG, tag) == 1 ? 0 : -1;
+    return EVP_CIPHER_CTX_get_params(e, tag_param(tag)) == 1 ? 0 : -1;
 }
 
 int dlc_open(dlc_crypto *c, const uint8_t key[16], int mode, uint32_t stream, uint64_t counter,
@@ -98,7 +109,7 @@ int dlc_open(dlc_crypto *c, const uint8_t key[16], int mode, uint32_t stream, ui
             EVP_DecryptUpdate(d, plain, &n, buf + DLC_HDR, (int)(body - DLC_HDR)) != 1)
             return -1;
     }
-    if (EVP_CIPHER_CTX_ctrl(d, EVP_CTRL_GCM_SET_TAG, DLC_TAG, tag) != 1) return -1;
+    if (EVP_CIPHER_CTX_set_params(d, tag_param(tag)) != 1) return -1;
     return EVP_DecryptFinal_ex(d, plain ? plain + (body - DLC_HDR) : tag, &n) == 1 ? 0 : -1;
 }
 
