@@ -2,7 +2,8 @@
 
     DlcommError                 anything dlcomm reports to a user as one line
      ├─ ConfigError             bad options, specs, config files, paths, ports
-     │   └─ RegistryError       an unknown name in a registry (workload, exchange, ...)
+     │   ├─ RegistryError       an unknown name in a registry (workload, exchange, ...)
+     │   └─ NativeMissing       the native data path was not built (dlcomm.native.lib)
      ├─ WorkerFailed            a worker process of a job died or raised
      ├─ ExchangeError           a gradient exchange could not complete
      │   └─ ExchangeTimeout     ... because a peer or service did not answer in time

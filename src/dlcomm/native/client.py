@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dlcomm.native.lib import load, u8p, u64p
+from dlcomm.native.lib import load, offload, u8p, u64p
 from dlcomm.native.switch import ip_int, ip_str
 
 __all__ = ["Client", "ShardKeys", "ClientError", "WINDOW_BYTES", "MAX_SHARDS"]
@@ -38,6 +38,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "dlc_client_begin": (C.c_int, [C.c_void_p, C.c_void_p, C.c_void_p, C.c_size_t,
                                    C.c_double]),
     "dlc_client_allow_skew": (None, [C.c_void_p, C.c_double]),
+    "dlc_client_set_gso": (None, [C.c_void_p, C.c_int]),
     "dlc_client_done": (C.c_int, [C.c_void_p]),
     "dlc_client_next_deadline": (C.c_double, [C.c_void_p]),
     "dlc_client_on_datagram": (None, [C.c_void_p, C.c_void_p, C.c_size_t, C.c_uint32,
@@ -118,6 +119,7 @@ class Client:
                                          sh.job, sh.slots, keys) < 0:
                 self.close()
                 raise ValueError(f"at most {MAX_SHARDS} shards")
+        self.lib.dlc_client_set_gso(self.handle, int(offload()))
         self._arrays: tuple[np.ndarray, np.ndarray] | None = None
         self._out = C.create_string_buffer(_OUT_CAP)
 

@@ -14,7 +14,10 @@ from pathlib import Path
 
 from dlcomm.errors import ConfigError
 
-__all__ = ["NativeMissing", "available", "load", "counter_names", "library_path"]
+__all__ = ["NativeMissing", "available", "load", "counter_names", "library_path", "offload",
+           "GSO_ENV"]
+
+GSO_ENV = "DLCOMM_GSO"   # "off": one datagram per system call entry, no UDP_SEGMENT/UDP_GRO
 
 HERE = Path(__file__).resolve().parent
 u8p, u16p, u32p, u64p = (C.POINTER(t) for t in (C.c_uint8, C.c_uint16, C.c_uint32, C.c_uint64))
@@ -93,6 +96,13 @@ def load() -> C.CDLL:
     if isinstance(lib, str):
         raise NativeMissing(lib)
     return lib
+
+
+def offload() -> bool:
+    """Whether the native loops use UDP segmentation and receive offload (``$DLCOMM_GSO``
+    is not ``off``). Off, every datagram crosses the kernel alone, as on a wire: a tap on
+    loopback then sees the frames a wire would carry, not batches of them."""
+    return os.environ.get(GSO_ENV, "on").lower() != "off"
 
 
 @lru_cache(maxsize=1)

@@ -14,7 +14,7 @@ import ipaddress
 import socket
 from dataclasses import dataclass
 
-from dlcomm.native.lib import counter_names, load
+from dlcomm.native.lib import counter_names, load, offload
 
 __all__ = ["Core", "Probe", "JobSpec", "JobInfo", "ip_int", "ip_str", "MAX_NATIVE_WORKERS"]
 
@@ -140,9 +140,11 @@ class Core:
         return {n: v for n, v in zip(self.names, out) if v}
 
     # -- the loop ----------------------------------------------------------------------
-    def serve(self, fd: int, drop_rate: float = 0.0, seed: int = 0, gro: bool = True) -> float:
+    def serve(self, fd: int, drop_rate: float = 0.0, seed: int = 0, gro: bool | None = None
+              ) -> float:
         """Serve the socket ``fd`` until :meth:`stop`; returns this thread's CPU seconds."""
         cpu = C.c_int64()
+        gro = offload() if gro is None else gro
         if self.lib.dlc_serve(self.handle, fd, drop_rate, seed, int(gro), C.byref(cpu)):
             raise MemoryError("cannot allocate a native packet loop")
         return cpu.value / 1e9

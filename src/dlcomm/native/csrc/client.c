@@ -333,6 +333,9 @@ int dlc_client_begin(dlc_client *c, const float *data, float *out, size_t n, dou
     return 0;
 }
 
+/* Segmentation offload on (1) or off (0): one datagram per send and receive. */
+void dlc_client_set_gso(dlc_client *c, int on) { c->gso = on; }
+
 void dlc_client_allow_skew(dlc_client *c, double seconds) {
     for (int i = 0; i < c->npos; i++) c->pos[i].deadline += seconds;
 }
