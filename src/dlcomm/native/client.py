@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes as C
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -57,13 +58,12 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
 }
 
 
+@lru_cache(maxsize=1)
 def _lib() -> C.CDLL:
     lib = load()
-    if not getattr(lib, "_client_typed", False):
-        for name, (restype, argtypes) in _SIGNATURES.items():
-            func = getattr(lib, name)
-            func.restype, func.argtypes = restype, argtypes
-        lib._client_typed = True
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        func = getattr(lib, name)
+        func.restype, func.argtypes = restype, argtypes
     return lib
 
 
