@@ -18,7 +18,7 @@ from functools import lru_cache
 import numpy as np
 
 from dlcomm.native.lib import load, offload, u8p, u64p
-from dlcomm.native.switch import ip_int, ip_str
+from dlcomm.native.switch import ip_int, outputs_of
 
 __all__ = ["Client", "ShardKeys", "ClientError", "WINDOW_BYTES", "MAX_SHARDS"]
 
@@ -207,13 +207,4 @@ class Client:
     def take(self) -> list[tuple[tuple[str, int], bytes]]:
         """What the op would have sent since the last take."""
         n = self.lib.dlc_client_take(self.handle, self._out, _OUT_CAP)
-        if n < 0:
-            raise RuntimeError("native outputs overflowed the test buffer")
-        raw, outs, at = self._out.raw, [], 0
-        while at < n:
-            ip = int.from_bytes(raw[at:at + 4], "little")
-            port = int.from_bytes(raw[at + 4:at + 6], "little")
-            size = int.from_bytes(raw[at + 6:at + 10], "little")
-            outs.append(((ip_str(ip), port), raw[at + 10:at + 10 + size]))
-            at += 10 + size
-        return outs
+        return outputs_of(self._out.raw, n)

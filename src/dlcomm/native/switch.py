@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from dlcomm.native.lib import counter_names, load, offload
 
-__all__ = ["Core", "Probe", "JobSpec", "JobInfo", "ip_int", "ip_str", "MAX_NATIVE_WORKERS"]
+__all__ = ["Core", "Probe", "JobSpec", "JobInfo", "ip_int", "ip_str", "outputs_of",
+           "MAX_NATIVE_WORKERS"]
 
 MAX_NATIVE_WORKERS = 64   # a round's bitmap is one u64; larger jobs run in the Python dataplane
 _OUT_CAP = 1 << 22
@@ -28,6 +29,21 @@ def ip_int(host: str) -> int:
 
 def ip_str(value: int) -> str:
     return socket.inet_ntoa(value.to_bytes(4, "big"))
+
+
+def outputs_of(raw: bytes, n: int) -> list[tuple[tuple[str, int], bytes]]:
+    """The datagrams the native code serialised for the pure calls: records of ip (u32),
+    port (u16), length (u32) and bytes, ``n`` bytes in all (< 0: they did not fit)."""
+    if n < 0:
+        raise RuntimeError("native outputs overflowed the test buffer")
+    outs, at = [], 0
+    while at < n:
+        ip = int.from_bytes(raw[at:at + 4], "little")
+        port = int.from_bytes(raw[at + 4:at + 6], "little")
+        size = int.from_bytes(raw[at + 6:at + 10], "little")
+        outs.append(((ip_str(ip), port), raw[at + 10:at + 10 + size]))
+        at += 10 + size
+    return outs
 
 
 @dataclass(frozen=True)
@@ -177,13 +193,4 @@ class Probe:
                                            now, self.out, _OUT_CAP)
         if n == -1:
             return None
-        if n < 0:
-            raise RuntimeError("native outputs overflowed the test buffer")
-        raw, outs, at = self.out.raw, [], 0
-        while at < n:
-            ip = int.from_bytes(raw[at:at + 4], "little")
-            port = int.from_bytes(raw[at + 4:at + 6], "little")
-            size = int.from_bytes(raw[at + 6:at + 10], "little")
-            outs.append(((ip_str(ip), port), raw[at + 10:at + 10 + size]))
-            at += 10 + size
-        return outs
+        return outputs_of(self.out.raw, n)

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -30,19 +29,12 @@ __all__ = ["NativeLoop"]
 class NativeLoop:
     def __init__(self, core: Core, state: SwitchState, sockets: list[socket.socket],
                  drop_rate: float, seed: int, tell_failures: Callable[[], None],
-                 stopped: threading.Event) -> None:
+                 stopped: threading.Event, count: Callable[[str, str], None]) -> None:
         self.core, self.state, self.sockets = core, state, sockets
         self.drop_rate, self.seed = drop_rate, seed
         self.tell_failures, self.stopped = tell_failures, stopped
         self.cpu_s: list[float] = [0.0] * len(sockets)
-        self._logged: set[str] = set()
-
-    def _count(self, reason: str, detail: str) -> None:
-        self.state.counters[reason] += 1
-        if reason not in self._logged:
-            self._logged.add(reason)
-            print(f"dlcomm switch: {detail} (counted as {reason}; later ones are only "
-                  "counted)", file=sys.stderr, flush=True)
+        self._count = count   # counted by reason, logged once (the server's)
 
     def _packets(self, index: int) -> None:
         self.cpu_s[index] = self.core.serve(self.sockets[index].fileno(), self.drop_rate,

@@ -136,7 +136,7 @@ class SwitchServer:
         self.native_loop = NativeLoop(self.core, self.state, self.sockets, self.drop_rate,
                                       self.rng.randrange(1 << 30),
                                       lambda: self._call_control(self.control.tell_failures),
-                                      self._stop)
+                                      self._stop, self._count)
         self.native_loop.run()
 
     def serve_packets(self) -> None:

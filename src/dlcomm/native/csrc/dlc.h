@@ -136,6 +136,7 @@ void dlc_ctx_free(dlc_ctx *ctx);
 int dlc_process(dlc_ctx *ctx, uint8_t *data, size_t len, uint32_t ip, uint16_t port,
                 double now);
 double dlc_now(void);
+void dlc_slow_clear(dlc_switch *sw);
 int dlc_slow_push(dlc_switch *sw, const uint8_t *data, size_t len, uint32_t ip,
                    uint16_t port);
 void dlc_sendmmsg_all(dlc_ctx *ctx, int fd, dlc_out *outs, int n);
