@@ -161,20 +161,25 @@ def test_3_no_amplification_and_no_packets_to_addresses_that_did_not_ask():
 def test_4_the_secret_never_travels_in_packets_and_groups_are_unguessable():
     with live_switch() as live:
         job = own_job(live.address, live.fp, workers=2, k=4)
-        seen = [job.send(r, Header(DATA, job.job, r, 0, 2, 0, 0, 0), ints([1, 2]), live.address)
-                for r in range(2)]
-        seen += drain(job.socks[0]) + drain(job.socks[1], 0.05)
-        assert len(seen) == 4 and not any(s in d for s in job.secrets for d in seen)
-        assert set(job.channels[0].keys.up) == {0}   # a worker holds its own keys only
-        groups = set()
-        with Line(live.address, live.fp) as line:
-            for i in range(8):
-                reply = line.ask({"op": "register", "addresses": [["127.0.0.1", 4000 + i],
-                                                                  ["127.0.0.2", 4000 + i]],
-                                  "slots": 1, "k": 4, "multicast_port": 4000 + i})
-                groups.add(reply["group"])
-        assert len(groups) == 8 and not any(g.startswith("239.77.") for g in groups)
-        job.close()
+        try:
+            seen = [job.send(r, Header(DATA, job.job, r, 0, 2, 0, 0, 0), ints([1, 2]),
+                             live.address) for r in range(2)]
+            seen += drain(job.socks[0]) + drain(job.socks[1], 0.05)
+            assert len(seen) == 4 and not any(s in d for s in job.secrets for d in seen)
+            assert set(job.channels[0].keys.up) == {0}   # a worker holds its own keys only
+            groups = set()
+            with Line(live.address, live.fp) as line:
+                for i in range(8):
+                    reply = line.ask({"op": "register",
+                                      "addresses": [["127.0.0.1", 4000 + i],
+                                                    ["127.0.0.2", 4000 + i]],
+                                      "slots": 1, "k": 4, "multicast_port": 4000 + i})
+                    groups.add(reply["group"])
+            # random over 239.0.0.0/8, not the old 239.77.<job> (one of eight may still
+            # land in 239.77/16 by chance: 3% of runs; all of them, never)
+            assert len(groups) == 8 and len({g.split(".")[1] for g in groups}) > 1, groups
+        finally:
+            job.close()
 
 
 def test_4_nobody_attaches_as_another_rank():
