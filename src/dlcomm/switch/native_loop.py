@@ -22,6 +22,7 @@ from typing import Any
 
 from dlcomm.native.switch import Core
 from dlcomm.switch.registrations import SwitchState
+from dlcomm.switch.sending import send_outputs
 
 __all__ = ["NativeLoop"]
 
@@ -61,17 +62,7 @@ class NativeLoop:
                 continue
             if state.dataplane.failures:
                 self.tell_failures()
-            for addr, parts in outputs:
-                if self.drop_rate and rng.random() < self.drop_rate:
-                    state.counters["drop_injected_out"] += 1
-                    continue
-                try:
-                    sent = sock.sendmsg(parts, [], 0, addr)
-                except OSError as exc:
-                    self._count("send_errors", f"sending to {addr} failed: {exc}")
-                    continue
-                state.counters["packets_out"] += 1
-                state.counters["bytes_out"] += sent
+            send_outputs(sock, outputs, self.drop_rate, rng, state.counters, self._count)
 
     def _watch(self) -> None:
         while not self.stopped.is_set():

@@ -27,6 +27,7 @@ from dlcomm.switch.dataplane import Dataplane
 from dlcomm.switch.jobs import JobTable
 from dlcomm.switch.registrations import Limits, SwitchState
 from dlcomm.switch.security import Identity
+from dlcomm.switch.sending import send_outputs
 from dlcomm.wire.packet import max_elements
 
 if TYPE_CHECKING:
@@ -176,20 +177,7 @@ class SwitchServer:
             timing["dataplane_s"] += t2 - t1
             if dp.failures:  # a job failed: its workers hear it on the control channel now
                 self._call_control(self.control.tell_failures)
-            for addr, parts in outputs:
-                if drop and rng.random() < drop:
-                    counters["drop_injected_out"] += 1
-                    continue
-                try:
-                    sent = sock.sendmsg(parts, [], 0, addr)
-                except OSError as exc:
-                    self._count("send_errors", f"sending to {addr} failed: {exc}")
-                    continue
-                except Exception as exc:  # noqa: BLE001
-                    self._count("send_failures", f"sending to {addr!r} raised {exc!r}")
-                    continue
-                counters["packets_out"] += 1
-                counters["bytes_out"] += sent
+            send_outputs(sock, outputs, drop, rng, counters, self._count)
             timing["send_s"] += clock() - t2
 
     def _call_control(self, func: Any) -> None:
