@@ -16,7 +16,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -25,7 +25,18 @@ from dlcomm.registry import Registry, Spec, parse_spec
 from dlcomm.wire.sparse import Presence
 
 __all__ = ["Exchange", "Capabilities", "ExchangeContext", "ExchangeStats", "EXCHANGES",
+           "ObjectCollectives",
            "make_exchange", "completed_future"]
+
+
+class ObjectCollectives(Protocol):
+    """Small picklable values among a group's ranks, for an exchange's bootstrap."""
+
+    def all_gather(self, value: Any) -> list[Any]:
+        """Every rank's ``value``, in rank order, on every rank."""
+
+    def broadcast_from_first(self, value: Any) -> Any:
+        """The group's first rank's ``value``, on every rank."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +47,9 @@ class ExchangeContext:
     world_size: int
     group: dist.ProcessGroup | None = None  # None: the default group
     job_name: str = "dlcomm"  # names the job to services such as the switch
+    # how the bootstrap swaps addresses and tickets: None = torch collectives on ``group``;
+    # the dlcomm c10d backend, still being created, hands the job's store instead
+    objects: ObjectCollectives | None = None
 
 
 @dataclass

@@ -27,7 +27,8 @@ from dlcomm.runtime.processes import spawn, stop
 from dlcomm.switch.daemon import LISTENING
 from dlcomm.switch.security import needs_token
 
-__all__ = ["SwitchService", "running_switches", "SWITCH_EXCHANGES", "switches_for_job"]
+__all__ = ["SwitchService", "running_switches", "SWITCH_EXCHANGES", "switches_for_job",
+           "needs_switch"]
 
 SWITCH_EXCHANGES = frozenset({"switch", "sparse-switch", "auto"})  # exchanges that talk to a switch
 _LISTENING = re.compile(re.escape(LISTENING) + r" (\S+):(\d+) .*sha256 ([0-9a-f]{64})")
@@ -122,7 +123,8 @@ def running_switches(host: str, count: int = 1, prefix: Sequence[str] = (),
                     service.final_stats.append(json.loads(stats_file.read_text()))
 
 
-def _needs_switch(spec: str) -> bool:
+def needs_switch(spec: str) -> bool:
+    """Whether ``spec`` talks to a switch but names none (``addr=``)."""
     from dlcomm.registry import parse_spec
     parsed = parse_spec(spec)
     inner = parsed.options.get("over", "ring") if parsed.name == "compressed" else parsed.name
@@ -142,7 +144,7 @@ def switches_for_job(specs: Sequence[str], host: str, prefix: Sequence[str] = ()
     """Give every switch exchange in ``specs`` an address: ``switch_addr`` if named,
     else ``shards`` switch processes started here for the job (stopped afterwards).
     ``drop_rate`` injects loss on both sides (the switch's and the workers')."""
-    wanted = [_needs_switch(s) for s in specs]
+    wanted = [needs_switch(s) for s in specs]
     extra = {"drop": str(drop_rate)} if drop_rate else {}
     if not any(wanted):
         yield list(specs), None

@@ -36,10 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch.distributed as dist
-
 from dlcomm.errors import ExchangeError
-from dlcomm.exchange.base import ExchangeContext
+from dlcomm.exchange.base import ExchangeContext, ObjectCollectives
+from dlcomm.exchange.objects import GroupObjects
 from dlcomm.exchange.switch.spec import SwitchSpec
 from dlcomm.exchange.switch.window import Shard
 from dlcomm.runtime.placement import HOST_ADDR_ENV
@@ -94,17 +93,17 @@ def local_address(switch: Address) -> str:
         return str(probe.getsockname()[0])
 
 
+def _objects(ctx: ExchangeContext) -> ObjectCollectives:
+    return ctx.objects or GroupObjects(ctx.group, ctx.world_size)
+
+
 def _all_gather(ctx: ExchangeContext, value: Any) -> list[Any]:
-    out: list[Any] = [None] * ctx.world_size
-    dist.all_gather_object(out, value, group=ctx.group)
-    return out
+    return _objects(ctx).all_gather(value)
 
 
 def _broadcast_from_first(ctx: ExchangeContext, value: Any) -> Any:
-    """``value`` of the group's first rank, on every rank of ``ctx.group``."""
-    box = [value]
-    dist.broadcast_object_list(box, group=ctx.group, group_src=0)
-    return box[0]
+    """``value`` of the group's first rank, on every rank of the exchange's group."""
+    return _objects(ctx).broadcast_from_first(value)
 
 
 def _bind(session: Session, ctx: ExchangeContext, multicast: bool) -> None:
