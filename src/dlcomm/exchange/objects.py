@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 import torch.distributed as dist
+from torch._C._distributed_c10d import Store
 
 from dlcomm.errors import ExchangeError
 
@@ -48,7 +49,7 @@ class GroupObjects:
 class StoreObjects:
     """:class:`~dlcomm.exchange.base.ObjectCollectives` over a ``torch.distributed.Store``."""
 
-    def __init__(self, store: dist.Store, rank: int, world_size: int, timeout_s: float,
+    def __init__(self, store: Store, rank: int, world_size: int, timeout_s: float,
                  prefix: str = "dlcomm/objects") -> None:
         self.store = store
         self.rank = rank
@@ -61,23 +62,26 @@ class StoreObjects:
         self._calls += 1
         return f"{self.prefix}/{self._calls}"
 
+    def _put(self, key: str, data: bytes) -> None:
+        self.store.set(key, data)  # type: ignore[arg-type]  # (stubs: the binding takes bytes)
+
     def all_gather(self, value: Any) -> list[Any]:
         tag = self._tag()
-        self.store.set(f"{tag}/{self.rank}", pickle.dumps(value))
+        self._put(f"{tag}/{self.rank}", pickle.dumps(value))
         return [value if r == self.rank else pickle.loads(self._get(f"{tag}/{r}", r))
                 for r in range(self.world_size)]
 
     def broadcast_from_first(self, value: Any) -> Any:
         tag = self._tag()
         if self.rank == 0:
-            self.store.set(f"{tag}/0", pickle.dumps(value))
+            self._put(f"{tag}/0", pickle.dumps(value))
             return value
         return pickle.loads(self._get(f"{tag}/0", 0))
 
     def fail(self, reason: str) -> None:
         """Tell the ranks waiting on this one why it gave up (first reason kept)."""
         key = f"{self.prefix}/failed"
-        self.store.compare_set(key, "", f"rank {self.rank}: {reason}".encode())
+        self.store.compare_set(key, "", f"rank {self.rank}: {reason}")
 
     def _failure(self) -> str | None:
         key = f"{self.prefix}/failed"
@@ -100,7 +104,7 @@ class StoreObjects:
 
     def arrive(self, name: str) -> None:
         """Say that this rank reached ``name`` (see :meth:`missing`)."""
-        self.store.set(f"{self.prefix}/{name}/{self.rank}", b"1")
+        self.store.set(f"{self.prefix}/{name}/{self.rank}", "1")
 
     def missing(self, name: str, timeout_s: float) -> list[int]:
         """The ranks that have not reached ``name`` after waiting up to ``timeout_s``."""

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import ProcessGroupGloo, _create_work_from_future
+from torch._C._distributed_c10d import ProcessGroupGloo, Store
 
 from dlcomm.errors import DlcommError
 from dlcomm.exchange.base import Exchange, ExchangeContext, make_exchange
@@ -75,6 +75,28 @@ def _flat_float32(tensor: torch.Tensor) -> tuple[torch.Tensor, bool]:
     return tensor.detach().reshape(-1).to(torch.float32), True
 
 
+class FutureWork(dist.Work):
+    """A work object over a Future: ``wait`` raises the Future's exception, as a gloo
+    work's does (torch's own ``_create_work_from_future`` returns True even then)."""
+
+    def __init__(self, future: torch.futures.Future[list[torch.Tensor]]) -> None:
+        super().__init__()
+        self._future = future
+
+    def wait(self, timeout: datetime.timedelta = datetime.timedelta(0)) -> bool:
+        self._future.wait()
+        return True
+
+    def get_future(self) -> torch.futures.Future[list[torch.Tensor]]:
+        return self._future
+
+    def is_completed(self) -> bool:
+        return self._future.done()
+
+    def result(self) -> list[torch.Tensor]:
+        return self._future.value()
+
+
 def _to_gloo(name: str, backend_name: str | None = None) -> Any:
     """A method that hands the call to the gloo backend as it is.
 
@@ -98,8 +120,7 @@ def _coalesced(backend_name: str) -> Any:
             inputs: list[torch.Tensor], *opts: Any) -> Any:
         call = getattr(self._gloo, backend_name)
         futures = [call(o, i, *opts).get_future() for o, i in zip(outputs, inputs)]
-        return _create_work_from_future(torch.futures.collect_all(futures).then(
-            lambda _: list(outputs)))
+        return FutureWork(torch.futures.collect_all(futures).then(lambda _: list(outputs)))
     run.__name__ = backend_name + "_coalesced"
     return run
 
@@ -119,9 +140,9 @@ class DlcommProcessGroup(dist.ProcessGroup):
     all_gather_single_coalesced = _coalesced("_allgather_base")
     reduce_scatter_single_coalesced = _coalesced("_reduce_scatter_base")
 
-    def __init__(self, store: dist.Store, rank: int, size: int, timeout: datetime.timedelta,
+    def __init__(self, store: Store, rank: int, size: int, timeout: datetime.timedelta,
                  config: BackendConfig, with_exchange: bool, job: str = "torch") -> None:
-        super().__init__(rank, size)
+        super().__init__(rank, size)  # type: ignore[call-arg]  # torch binds (rank, size)
         self.config = config
         self.routes: collections.Counter[str] = collections.Counter()
         self._exchange: Exchange | None = None
@@ -136,7 +157,7 @@ class DlcommProcessGroup(dist.ProcessGroup):
         try:
             if with_exchange and config.uses_exchange and size > 1:
                 self._open_exchange(rank, size, timeout_s, job)
-            self._gloo = ProcessGroupGloo(store, rank, size, timeout)
+            self._gloo: Any = ProcessGroupGloo(store, rank, size, timeout)  # (untyped stubs)
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 self._objects.fail(_one_line(exc))
@@ -160,7 +181,8 @@ class DlcommProcessGroup(dist.ProcessGroup):
     def getBackendName(self) -> str:  # noqa: N802  (torch's name)
         return BACKEND
 
-    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+    def allreduce(  # type: ignore[override]  # torch calls overrides as (tensors, opts)
+            self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
         if opts is None:
             opts = dist.AllreduceOptions()
         elif isinstance(opts, dist.ReduceOp | dist.ReduceOp.RedOpType):
@@ -194,7 +216,8 @@ class DlcommProcessGroup(dist.ProcessGroup):
                 if staged or total.data_ptr() != flat.data_ptr():
                     tensor.copy_(total.view(tensor.shape))
             except BaseException as exc:  # torch's error, dlcomm's reason in it
-                done.set_exception(dist.DistBackendError(f"dlcomm: {_one_line(exc)}"))
+                error = dist.DistBackendError(f"dlcomm: {_one_line(exc)}")
+                done.set_exception(error)  # type: ignore[arg-type]  # (stubs: the value type)
                 return
             done.set_result([tensor])
 
@@ -203,7 +226,7 @@ class DlcommProcessGroup(dist.ProcessGroup):
             self._exchange.allreduce(flat, key).add_done_callback(finish)
         except DlcommError as exc:
             raise dist.DistBackendError(f"dlcomm: {_one_line(exc)}") from exc
-        return _create_work_from_future(done)
+        return FutureWork(done)
 
     # -- dlcomm's side -----------------------------------------------------------------
 

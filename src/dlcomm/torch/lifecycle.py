@@ -49,8 +49,11 @@ class JobSwitch:
         self._stack.close()
         if self.service is not None and self.stats_file and self.service.final_stats:
             text = json.dumps(self.service.final_stats[0], indent=2) + "\n"
+
+            def write(tmp: Path) -> None:
+                tmp.write_text(text)
             with contextlib.suppress(OSError):
-                write_atomic(self.stats_file, lambda tmp: Path(tmp).write_text(text))
+                write_atomic(self.stats_file, write)
             self.stats_file = None
 
 
