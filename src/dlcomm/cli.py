@@ -55,6 +55,9 @@ def train_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--memory", help="Error feedback for --compress: none, residual, ..."),
         click.option("--sync", help="How workers agree on a model: bsp (default), hop:..., "
                      "prague:..., adpsgd."),
+        click.option("--backend", type=click.Choice(["gloo", "dlcomm"]),
+                     help="Workers' process group: gloo, gradients through a DDP hook "
+                     "(default), or dlcomm, --exchange as the c10d backend (DDP, no hook)."),
         click.option("--straggler", help="Slower workers: RANK:FACTOR or random:p=P,x=FACTOR."),
         click.option("--compute-ms", type=float, help="Emulated compute time per step (ms)."),
         click.option("--quiet", is_flag=True, default=None, help="No progress bar or table."),

@@ -11,17 +11,15 @@ import torch
 
 from dlcomm.runtime.placement import HOST_ADDR_ENV
 from tests.conftest import requires_root
-from tests.torchapi.helpers import GRADIENT_BYTES, TUTORIAL, clean_env, torchrun
+from tests.torchapi.helpers import GRADIENT_BYTES, TUTORIAL, clean_env
 
 HOSTS = 4
 
 
 @requires_root
-def test_ddp_tutorial_across_emulated_hosts(job_tmp):
+def test_ddp_tutorial_across_emulated_hosts(job_tmp, gloo_weights):
     from dlcomm.emulate.cluster import temporary_cluster
 
-    res = torchrun(job_tmp, HOSTS, TUTORIAL, "gloo", "gloo.pt")
-    assert res.returncode == 0, res.stderr[-3000:]
     stats = job_tmp / "switch.json"
     port = random.randint(20000, 29999)
     with temporary_cluster(HOSTS, 1e9) as cluster:
@@ -53,6 +51,6 @@ def test_ddp_tutorial_across_emulated_hosts(job_tmp):
     assert len(listening) == 1 and "127.0.0.1" not in listening[0]  # on an emulated host
     counters = json.loads(stats.read_text())["counters"]
     assert counters["completions"] >= 20 and counters["bytes_in"] >= 20 * 4 * GRADIENT_BYTES
-    ours, ref = torch.load(job_tmp / "emu.pt"), torch.load(job_tmp / "gloo.pt")
+    ours, ref = torch.load(job_tmp / "emu.pt"), torch.load(gloo_weights(HOSTS))
     for name in ref:
         torch.testing.assert_close(ours[name], ref[name], rtol=0, atol=1e-6, msg=name)

@@ -9,8 +9,9 @@ from tests.torchapi.helpers import HERE, clean_env, last_json, run_ranks
 
 
 @pytest.mark.parametrize("spec,compress", [
-    ("ring", None), ("switch", None), ("sparse-switch", None), ("auto", None),
-    ("switch", "fp16"), ("ring", "fp16"),
+    ("ring", None), ("switch", None), ("sparse-switch", None), ("switch", "fp16"),
+    pytest.param("auto", None, marks=pytest.mark.slow),
+    pytest.param("ring", "fp16", marks=pytest.mark.slow),
 ])
 def test_hook_for_every_exchange_matches_ddp(job_tmp, spec, compress):
     """DDP over gloo with dlcomm.torch.hook(spec): the gradients of plain DDP (within

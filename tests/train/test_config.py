@@ -51,3 +51,13 @@ def test_compression_with_a_decentralized_sync_is_refused():
     with pytest.raises(ConfigError, match="--sync bsp only"):
         TrainConfig(workload="digits-cnn", sync="hop", compress="fp16")
     TrainConfig(workload="digits-cnn", sync="bsp", compress="fp16")
+
+
+@pytest.mark.parametrize("values,message", [
+    ({"backend": "nccl"}, "--backend must be gloo or dlcomm"),
+    ({"backend": "dlcomm", "sync": "hop"}, "--backend dlcomm takes --sync bsp"),
+    ({"backend": "dlcomm", "compress": "fp16"}, "compressed exchange instead"),
+])
+def test_backend_choices(values, message):
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig(**values)

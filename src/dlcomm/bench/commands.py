@@ -8,6 +8,7 @@ import click
 
 from dlcomm.bench.auth import auth_cmd
 from dlcomm.bench.fuzz_cli import fuzz_cmd
+from dlcomm.bench.backend_cli import backend_cmd
 from dlcomm.bench.switch_cli import switch_cmd
 from dlcomm.options import network_options, switch_options
 from dlcomm.registry import split_specs
@@ -23,6 +24,7 @@ def bench() -> None:
 bench.add_command(fuzz_cmd)
 bench.add_command(auth_cmd)
 bench.add_command(switch_cmd)
+bench.add_command(backend_cmd)
 
 
 @bench.command("allreduce")

@@ -74,15 +74,18 @@ class WorkerEnv:
 
 
 @contextlib.contextmanager
-def process_group(env: WorkerEnv, timeout_s: float) -> Iterator[None]:
-    """A gloo process group over env:// for the duration of the block.
+def process_group(env: WorkerEnv, timeout_s: float, backend: str = "gloo",
+                  pg_options: object = None) -> Iterator[None]:
+    """A process group over env:// (gloo, or a backend such as ``dlcomm`` with its
+    ``pg_options``) for the duration of the block.
 
     A failure inside the block is reported (:func:`~dlcomm.runtime.failures.report_failure`)
     before the group is torn down, so the report precedes the peers' broken connections.
     """
-    dist.init_process_group("gloo", init_method="env://", rank=env.rank,
+    dist.init_process_group(backend, init_method="env://", rank=env.rank,
                             world_size=env.world_size,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+                            timeout=datetime.timedelta(seconds=timeout_s),
+                            pg_options=pg_options)
     try:
         yield
         dist.barrier()  # nobody tears down while a peer still works (e.g. rank 0 writing)

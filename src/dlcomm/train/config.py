@@ -42,6 +42,8 @@ class TrainConfig:
     compress: str = "none"            # gradient compression spec (dlcomm.compress)
     memory: str = "none"              # error-feedback memory spec for --compress
     sync: str = "bsp"                 # how workers agree on a model: bsp | hop:... | prague:...
+    backend: str = "gloo"             # the workers' process group: gloo (--exchange through a
+                                      # DDP hook) | dlcomm (--exchange as the c10d backend)
     straggler: str | None = None      # "RANK:FACTOR" or "random:p=P,x=FACTOR" (slower compute)
     compute_ms: float = 0.0           # emulated compute time per step, added to the real one
     quiet: bool = False               # no progress bar or table
@@ -71,6 +73,11 @@ class TrainConfig:
         decentralized = self.sync.split(":", 1)[0] != "bsp"
         if decentralized and (self.compress != "none" or self.memory != "none"):
             raise ConfigError(f"--compress/--memory apply to --sync bsp only, not {self.sync}")
+        if self.backend not in ("gloo", "dlcomm"):
+            raise ConfigError(f"--backend must be gloo or dlcomm, got {self.backend!r}")
+        if self.backend == "dlcomm" and (decentralized or self.compress != "none"):
+            raise ConfigError("--backend dlcomm takes --sync bsp and no --compress (name a "
+                              "compressed exchange instead: --exchange compressed:...)")
 
     @classmethod
     def from_sources(cls, file_values: dict[str, Any] | None = None,

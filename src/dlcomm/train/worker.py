@@ -29,7 +29,11 @@ def run_worker(cfg: TrainConfig) -> dict | None:
     from dlcomm.train.trainer import train
 
     start = time.perf_counter()
-    with process_group(env, cfg.timeout_s):
+    options = None
+    if cfg.backend == "dlcomm":  # --exchange (its switch named by the launcher) as the backend
+        from dlcomm.torch.config import BackendOptions
+        options = BackendOptions(exchange=cfg.exchange)
+    with process_group(env, cfg.timeout_s, cfg.backend, options):
         workload, reports = train(cfg, env)
     if reports is None:
         return None

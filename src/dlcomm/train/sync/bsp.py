@@ -7,6 +7,11 @@ the time backward waited on communication after the last bucket was handed over,
 the exchange moved and the gradients' block density. Evaluation shards the test set over
 workers and sums the results, every ``--eval-every`` steps (else after every epoch) and at
 the end.
+
+With ``--backend dlcomm`` the process group itself is the exchange (the c10d backend,
+docs/torch.md): DDP runs with no comm hook at all, as in a user's own script, and the
+step records take the backend's exchange counters; the communication wait is not seen
+(no hook sees the buckets), so it is recorded as 0.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from torch.nn.parallel import DistributedDataParallel
 from dlcomm.exchange import (
     Exchange,
     ExchangeContext,
+    ExchangeStats,
     ExchangeHookState,
     exchange_hook,
     make_exchange,
@@ -44,6 +50,21 @@ def build_exchange(cfg: TrainConfig, env: WorkerEnv) -> Exchange:
     return exchange
 
 
+class _BackendExchange:
+    """The dlcomm backend's exchange as the loop sees it: counters; closed with the group."""
+
+    def __init__(self) -> None:
+        from dlcomm.torch.backend import exchange_of
+        self.group = exchange_of()
+
+    def stats(self) -> ExchangeStats:
+        inner = self.group.exchange
+        return inner.stats() if inner is not None else ExchangeStats("modelled")
+
+    def close(self) -> None:
+        """Nothing: ``destroy_process_group`` closes the backend's exchange."""
+
+
 def _progress_info(loss: float, evals: list[dict[str, float]], metric: str) -> str:
     text = f"loss {loss:.3g}"
     if evals and metric in evals[-1]:
@@ -65,9 +86,14 @@ class BSP(Protocol):
               ) -> list[WorkerReport] | None:
         learner = Learner(cfg, env, workload)
         model = DistributedDataParallel(workload.model)
-        exchange = build_exchange(cfg, env)
-        hook = ExchangeHookState(exchange, env.world_size)
-        model.register_comm_hook(hook, exchange_hook)
+        exchange: Exchange | _BackendExchange
+        hook: ExchangeHookState | None = None
+        if cfg.backend == "dlcomm":
+            exchange = _BackendExchange()
+        else:
+            exchange = build_exchange(cfg, env)
+            hook = ExchangeHookState(exchange, env.world_size)
+            model.register_comm_hook(hook, exchange_hook)
         report = WorkerReport(env.rank)
         progress = Progress(env.rank == 0 and not cfg.quiet, learner.total,
                             f"{workload.name} x{env.world_size} {cfg.exchange}")
@@ -92,24 +118,26 @@ class BSP(Protocol):
 
     @staticmethod
     def _loop(cfg: TrainConfig, env: WorkerEnv, learner: Learner,
-              model: DistributedDataParallel, exchange: Exchange, hook: ExchangeHookState,
-              report: WorkerReport, progress: Progress) -> None:
+              model: DistributedDataParallel, exchange: Exchange | _BackendExchange,
+              hook: ExchangeHookState | None, report: WorkerReport, progress: Progress) -> None:
         workload = learner.workload
         start = time.perf_counter()
         while learner.steps < learner.total:
             before = exchange.stats()
-            hook.reset_step()
+            if hook is not None:
+                hook.reset_step()
             loss = learner.gradient(model)
             t_backward = time.perf_counter()
             learner.apply()
             t1 = time.perf_counter()
             after = exchange.stats()
-            wait = t_backward - hook.last_call if hook.buckets else 0.0
+            wait = t_backward - hook.last_call if hook is not None and hook.buckets else 0.0
             step = learner.steps
             report.steps.append(StepRecord(
                 step - 1, learner.epoch, t1 - start, loss, t1 - learner.started_at,
                 max(wait, 0.0), after.bytes_sent - before.bytes_sent,
-                after.bytes_received - before.bytes_received, hook.block_density))
+                after.bytes_received - before.bytes_received,
+                hook.block_density if hook is not None else 0.0))
             if (cfg.eval_every and step % cfg.eval_every == 0) or (
                     not cfg.eval_every and step % learner.per_epoch == 0) or \
                     step == learner.total:
