@@ -191,6 +191,7 @@ def compare(results: tuple[str, ...], plot: str | None) -> None:
 
 def _register_commands() -> None:
     """Command groups that live with their packages (each imports its heavy parts lazily)."""
+    from dlcomm.advise.commands import advise_cmd
     from dlcomm.bench.commands import bench, calibrate_cmd, validate_cmd
     from dlcomm.emulate.commands import cluster, emulate
     from dlcomm.plan.commands import topo
@@ -199,7 +200,8 @@ def _register_commands() -> None:
     from dlcomm.switch.commands import switch
     from dlcomm.workloads.commands import workloads
 
-    for command in (workloads, cluster, emulate, switch, bench, topo, partition, simulate):
+    for command in (workloads, cluster, emulate, switch, bench, topo, partition, simulate,
+                    advise_cmd):
         cli.add_command(command)
     # they run the emulator (bench/), but belong with the simulator they check
     simulate.add_command(validate_cmd)

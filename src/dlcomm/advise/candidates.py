@@ -1,0 +1,72 @@
+"""The candidates the advisor weighs, with their compressors measured on this CPU."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import torch
+
+from dlcomm.advise.cost import Candidate
+from dlcomm.compress import make_compressor, run_local
+from dlcomm.compress.api import wire_bytes
+
+__all__ = ["EXCHANGES", "METHODS", "measure_method", "candidates"]
+
+EXCHANGES = ("ring", "switch", "sparse-switch", "auto")
+METHODS = ("fp16", "powersgd:rank=4", "topk:ratio=0.01")
+SAMPLE = 2**20  # elements a compressor is measured on
+
+
+def _summable_wire(compressor: Any, flat: torch.Tensor, shapes: list[torch.Size],
+                   native: bool) -> int:
+    """Bytes one worker puts into the inner exchange for ``flat``: the rounds of the
+    compressor's collective, as the compressed exchange runs them (world of one)."""
+    protocol = compressor.rounds(flat, "bucket", 1, shapes or None)
+    wire, request = 0, next(protocol)
+    while True:
+        wire += sum(t.numel() * (t.element_size() if native or t.dtype == torch.float32
+                                 else 4) for t in request.tensors)
+        try:
+            request = protocol.send([t.clone() for t in request.tensors])
+        except StopIteration:
+            return wire
+
+
+def measure_method(spec: str, workers: int, over: str,
+                   shapes: tuple[tuple[int, ...], ...] = (), repeats: int = 3) -> Candidate:
+    """Compress the job's gradients (one bucket of ``shapes``, as the DDP hook hands them
+    over, so that PowerSGD works matrix by matrix), or ``SAMPLE`` elements when the shapes
+    are unknown (catalog models), on normal values: the wire ratio (as the inner exchange
+    carries it: the switch widens float16 to 32 bits) and the rate on this CPU."""
+    compressor = make_compressor(spec)
+    sizes = [torch.Size(s) for s in shapes] or [torch.Size((SAMPLE,))]
+    elements = sum(s.numel() for s in sizes)
+    flat = torch.randn(elements, generator=torch.Generator().manual_seed(0))
+    native = over == "ring"
+    times, wire = [], 0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        if compressor.summable:
+            wire = _summable_wire(compressor, flat.clone(), sizes if shapes else [], native)
+        else:
+            _, payload = run_local(compressor, flat.clone())
+            wire = wire_bytes(compressor, payload, workers, native)
+        times.append(time.perf_counter() - t0)
+    inner = over if compressor.summable else "ring"  # an all-gather goes through gloo
+    return Candidate(inner, spec, wire / (4 * elements), compressor.summable,
+                     32 * elements / statistics.median(times))
+
+
+def candidates(workers: int, methods: tuple[str, ...] = METHODS,
+               shapes: tuple[tuple[int, ...], ...] = ()) -> list[Candidate]:
+    """Every exchange, and every method over the exchanges it can use."""
+    out = [Candidate(e) for e in EXCHANGES]
+    for spec in methods:
+        for over in ("ring", "switch"):
+            cand = measure_method(spec, workers, over, shapes)
+            if cand.exchange != over or (over == "switch" and cand.ratio >= 1):
+                continue  # all-gathered (listed once, over ring), or nothing saved
+            out.append(cand)
+    return out

@@ -1,0 +1,187 @@
+"""The advisor's cost model: one iteration of a profile through one candidate (pure).
+
+An iteration is forward, then backward, during which DDP hands over each gradient bucket
+as it fills; buckets are reduced one after another, each starting when it is ready and
+the previous one is done (:func:`timeline`); the optimizer runs when backward and the last
+bucket are done. One bucket of ``S`` bytes on ``n`` workers with links of ``B`` bit/s:
+
+=================  ==========================================================  ==========
+candidate          time                                                         limited by
+=================  ==========================================================  ==========
+ring               ``2(n-1) alpha + 2(n-1)/n S / (B e_ring)``                   links
+switch             ``o_sw + max(S / (B e_sw), n S / R_switch, S / R_client)``   links, or
+                                                                                the switch's
+                                                                                / a worker's
+                                                                                CPU
+sparse-switch      as switch with ``S d (1 + 1/block)`` on the wire, and        links or
+                   ``S / R_scan + d S / R_sparse`` of Python rounds per worker  CPU
+auto               the faster of switch and sparse-switch, per bucket
+compressed         the inner exchange on ``r S`` (summable methods) or an        links or
+                   all-gather of ``(n-1) r S``, plus ``S / R_compress``          CPU
+=================  ==========================================================  ==========
+
+``d`` is the gradients' block density, ``r`` the method's measured wire ratio and
+``R_compress`` its measured rate on this CPU. The constants (:class:`Constants`) default to
+what dlcomm measured on its reference machine (docs/advise.md); ``--measure`` fits ring's
+and the switch's on the machine at hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dlcomm.advise.profile import DENSITY_BLOCK, JobProfile
+from dlcomm.errors import ConfigError
+
+__all__ = ["Constants", "Cluster", "Candidate", "Prediction", "bucket_time", "predict",
+           "timeline"]
+
+
+@dataclass(frozen=True)
+class Constants:
+    """Per-exchange constants of the cost model (bits per second unless named _s)."""
+
+    ring_alpha_s: float = 150e-6     # one ring message's fixed cost (gloo, veth)
+    ring_efficiency: float = 0.90    # achieved / link rate (tbf shaping, TCP)
+    switch_overhead_s: float = 0.6e-3  # one switch all-reduce's fixed cost (round trips)
+    switch_efficiency: float = 0.90  # achieved / link rate (UDP, headers, tags)
+    switch_rate_bps: float = 10e9    # switch input per core (native, tags; docs/native.md)
+    client_rate_bps: float = 8e9     # one worker's native client
+    sparse_rate_bps: float = 0.58e9  # one worker's sparse rounds (Python), per non-zero bit
+    scan_rate_bps: float = 12e9      # finding the non-zero blocks, per dense bit
+    source: str = "defaults"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where the job runs: workers and their links."""
+
+    workers: int
+    link_bps: float
+    topology: str = "star"
+    compute_factor: float = 1.0      # compute slowed by sharing cores (verification here)
+
+    def __post_init__(self) -> None:
+        if self.workers < 2:
+            raise ConfigError(f"--workers must be >= 2, got {self.workers}")
+        if not self.link_bps > 0:
+            raise ConfigError("the link rate must be positive")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to exchange gradients, with the measured facts of its compressor."""
+
+    exchange: str                      # ring | switch | sparse-switch | auto
+    method: str | None = None          # compressor spec
+    ratio: float = 1.0                 # wire bytes per float32 byte (before the collective)
+    summable: bool = True
+    compress_bps: float = float("inf")  # compress + decompress rate, float32 bits/s
+    sync: str = "bsp"
+
+    @property
+    def label(self) -> str:
+        base = self.exchange if self.method is None else \
+            f"compressed:method={self.method},over={self.exchange}"
+        return base if self.sync == "bsp" else f"{base} --sync {self.sync}"
+
+
+@dataclass(frozen=True)
+class Prediction:
+    candidate: str
+    iteration_s: float
+    compute_s: float
+    comm_s: float              # total time buckets spent in their exchange
+    exposed_s: float           # communication not hidden behind compute
+    limiter: str               # compute | links | switch CPU | worker CPU
+    terms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def exposed_share(self) -> float:
+        return self.exposed_s / self.iteration_s if self.iteration_s else 0.0
+
+
+def _switch_time(nbytes: float, c: Cluster, k: Constants, sparse_density: float | None
+                 ) -> tuple[float, dict[str, float]]:
+    bits = 8 * nbytes
+    if sparse_density is None:
+        wire = bits
+        cpu_worker = bits / k.client_rate_bps
+    else:
+        wire = bits * sparse_density * (1 + 1 / DENSITY_BLOCK)
+        cpu_worker = bits / k.scan_rate_bps + bits * sparse_density / k.sparse_rate_bps
+    terms = {"links": wire / (c.link_bps * k.switch_efficiency),
+             "switch CPU": c.workers * wire / k.switch_rate_bps, "worker CPU": cpu_worker}
+    return k.switch_overhead_s + max(terms.values()), terms
+
+
+def _ring_time(nbytes: float, c: Cluster, k: Constants) -> tuple[float, dict[str, float]]:
+    n = c.workers
+    links = 2 * (n - 1) / n * 8 * nbytes / (c.link_bps * k.ring_efficiency)
+    return 2 * (n - 1) * k.ring_alpha_s + links, {"links": links}
+
+
+def _gather_time(nbytes: float, c: Cluster, k: Constants) -> tuple[float, dict[str, float]]:
+    n = c.workers
+    links = (n - 1) * 8 * nbytes / (c.link_bps * k.ring_efficiency)
+    return (n - 1) * k.ring_alpha_s + links, {"links": links}
+
+
+def bucket_time(nbytes: float, cand: Candidate, profile: JobProfile, c: Cluster,
+                k: Constants) -> tuple[float, dict[str, float]]:
+    """Seconds to exchange one bucket of ``nbytes``, and the terms that make it."""
+    wire = nbytes * cand.ratio
+    extra = {}
+    if cand.method is not None:
+        extra["worker CPU"] = 8 * nbytes / cand.compress_bps
+    if cand.method is not None and not cand.summable:
+        t, terms = _gather_time(wire, c, k)
+    elif cand.exchange == "ring":
+        t, terms = _ring_time(wire, c, k)
+    elif cand.exchange == "switch":
+        t, terms = _switch_time(wire, c, k, None)
+    elif cand.exchange == "sparse-switch":
+        t, terms = _switch_time(wire, c, k, profile.density)
+    elif cand.exchange == "auto":
+        dense = _switch_time(wire, c, k, None)
+        sparse = _switch_time(wire, c, k, profile.density)
+        t, terms = min(dense, sparse, key=lambda x: x[0])
+    else:
+        raise ConfigError(f"no cost model for exchange {cand.exchange!r}")
+    for name, value in extra.items():
+        terms = {**terms, name: terms.get(name, 0.0) + value}
+    return t + sum(extra.values()), terms
+
+
+def timeline(ready: list[float], durations: list[float]) -> float:
+    """When the last bucket is done: each starts at max(its ready time, the previous end)."""
+    end = 0.0
+    for at, took in zip(ready, durations):
+        end = max(end, at) + took
+    return end
+
+
+def predict(profile: JobProfile, cand: Candidate, c: Cluster, k: Constants) -> Prediction:
+    """One iteration of ``profile`` on ``c`` through ``cand``."""
+    f = c.compute_factor
+    fwd, bwd, opt = profile.forward_s * f, profile.backward_s * f, profile.optimizer_s * f
+    times, totals = [], {"links": 0.0, "switch CPU": 0.0, "worker CPU": 0.0}
+    for b in profile.buckets:
+        t, terms = bucket_time(b.bytes, cand, profile, c, k)
+        times.append(t)
+        for name, value in terms.items():
+            totals[name] += value
+    done = timeline([fwd + b.ready_s * f for b in profile.buckets], times)
+    iteration = max(fwd + bwd, done) + opt
+    compute = fwd + bwd + opt
+    exposed = iteration - compute
+    if exposed <= 0.1 * iteration:
+        limiter = "compute"
+    else:
+        limiter = max(totals, key=lambda name: totals[name])
+    return Prediction(cand.label, iteration, compute, sum(times), max(exposed, 0.0), limiter,
+                      totals)

@@ -1,0 +1,131 @@
+"""``dlcomm advise`` end to end: profile the job, weigh the candidates, verify."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from dlcomm.advise.candidates import candidates
+from dlcomm.advise.cost import Candidate, Cluster, Constants
+from dlcomm.advise.profile import (
+    JobProfile,
+    catalog_profile,
+    cpu_flops,
+    load_user_model,
+    measure_profile,
+    scaled,
+)
+from dlcomm.advise.run import advise_result, machine_factor
+from dlcomm.advise.verify import score, verify_catalog, verify_trainable
+from dlcomm.errors import ConfigError
+from dlcomm.registry import parse_rate, parse_spec, split_specs
+from dlcomm.workloads.accelerators import get_accelerator
+from dlcomm.workloads.catalog import MODELS, get_model
+
+__all__ = ["run_advise", "trainable_profile"]
+
+
+def trainable_profile(spec: str, batch_size: int | None, workers: int) -> JobProfile:
+    """A few real steps of a trainable workload on this CPU, with the trainer's threads."""
+    from dlcomm.workloads import make_workload
+
+    workload = make_workload(spec)
+    size = batch_size or workload.batch_size
+    loader = torch.utils.data.DataLoader(workload.train_set, batch_size=size, shuffle=True,
+                                         generator=torch.Generator().manual_seed(0))
+    x, y = next(iter(loader))
+    previous = torch.get_num_threads()
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+    try:
+        return measure_profile(parse_spec(spec).name, workload.model, (x,),
+                               loss=lambda out: workload.loss(out, y))
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _profile(workload: str | None, model_target: str | None, workers: int,
+             accelerator: str | None, batch_size: int | None
+             ) -> tuple[JobProfile, str, bool]:
+    """(profile, kind, measured-on-this-CPU)."""
+    if (workload is None) == (model_target is None):
+        raise ConfigError("name the job: --workload NAME or --model package.module:function")
+    if workload is not None and parse_spec(workload).name in MODELS:
+        name = parse_spec(workload).name
+        batch = batch_size or get_model(name).default_batch
+        return catalog_profile(name, accelerator or "v100", batch), "catalog", False
+    if workload is not None:
+        profile = trainable_profile(workload, batch_size, workers)
+        kind = "trainable"
+    else:
+        assert model_target is not None
+        model, batch = load_user_model(model_target)
+        profile = measure_profile(model_target, model, batch)
+        kind = "user"
+    if accelerator and accelerator != "cpu":
+        acc = get_accelerator(accelerator)
+        profile = scaled(profile, cpu_flops() / (acc.peak_flops * acc.efficiency), acc.name)
+    return profile, kind, profile.accelerator == "cpu"
+
+
+def run_advise(workload: str | None, model_target: str | None, workers: int, bandwidth: str,
+               accelerator: str | None, batch_size: int | None, straggler: str | None,
+               methods: str, verify_top: int, steps: int,
+               progress: Callable[[str], None] = print) -> dict[str, Any]:
+    """The ``advise`` result for one job (with ``verify`` after ``--verify N``)."""
+    link_bps = parse_rate(bandwidth)
+    lag = None
+    if straggler:
+        from dlcomm.train.hetero import parse_straggler
+        parsed = parse_straggler(straggler)
+        if parsed.rank is None:
+            raise ConfigError("advise takes --straggler RANK:FACTOR")
+        lag = (parsed.rank, parsed.factor)
+    progress("profiling the job")
+    profile, kind, here = _profile(workload, model_target, workers, accelerator, batch_size)
+    # measured on this CPU: predicted as dlcomm verifies it, N workers sharing these cores
+    cluster = Cluster(workers, link_bps, compute_factor=machine_factor(workers) if here else 1)
+    progress("measuring the compressors")
+    cands = candidates(workers, tuple(m.replace("+", ",") for m in split_specs(methods)),
+                       profile.shapes)
+    if lag is not None:
+        cands += [Candidate("ring", sync="hop"), Candidate("ring", sync="prague")]
+    job = {"workload": workload, "model": model_target, "kind": kind, "workers": workers,
+           "bandwidth": bandwidth, "accelerator": profile.accelerator,
+           "batch_size": profile.batch, "straggler": straggler}
+    result = advise_result(profile, cands, cluster, Constants(), job, lag)
+    if verify_top:
+        result["verify"] = _verify(result, kind, workload, workers, bandwidth, accelerator,
+                                   batch_size, straggler, verify_top, steps, progress)
+    return result
+
+
+def _verify(result: dict[str, Any], kind: str, workload: str | None, workers: int,
+            bandwidth: str, accelerator: str | None, batch_size: int | None,
+            straggler: str | None, top: int, steps: int,
+            progress: Callable[[str], None]) -> dict[str, Any]:
+    if kind == "user":
+        raise ConfigError("--verify runs dlcomm's own workloads; a --model is predicted only")
+    assert workload is not None
+    labels = [p["candidate"] for p in result["predictions"][:top]]
+    if "ring" not in labels:
+        labels.append("ring")
+    chosen = [c for c in result["candidates"] if c["candidate"] in labels]
+    if kind == "catalog":
+        args = ["--workload", workload, "--workers", str(workers), "--bandwidth", bandwidth,
+                "--accelerator", accelerator or "v100"]
+        if batch_size:
+            args += ["--batch", str(batch_size)]
+        measured = verify_catalog(args, chosen, progress)
+    else:
+        args = ["--workload", workload, "--workers", str(workers)]
+        if os.geteuid() == 0:
+            args += ["--network", "emulated", "--bandwidth", bandwidth]
+        if batch_size:
+            args += ["--batch-size", str(batch_size)]
+        if straggler:
+            args += ["--straggler", straggler]
+        measured = verify_trainable(args, chosen, steps, max(3, steps // 5), progress)
+    return score(result["predictions"], measured)

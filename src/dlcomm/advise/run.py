@@ -1,0 +1,108 @@
+"""``dlcomm advise``: rank the candidates for one job, sweep the link rate, assemble JSON.
+
+Straggler profiles (``--straggler RANK:FACTOR``) add bsp against hop and prague: bsp
+waits for the slowest worker every step (compute x FACTOR), while hop and prague let the
+others run on, which the model takes as compute at the workers' mean speed with a ring's
+communication (a first-order model: it prices a step, not the staleness a step costs).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import replace
+from typing import Any
+
+from dlcomm.advise.cost import Candidate, Cluster, Constants, Prediction, predict
+from dlcomm.advise.profile import JobProfile
+from dlcomm.results import new_result
+
+__all__ = ["rank", "sweep", "advise_result", "KNOWN_ERROR", "straggler_factors",
+           "machine_factor"]
+
+KNOWN_ERROR = 0.10  # relative error of predicted iteration times (docs/advise.md)
+SWEEP_BPS = [10 ** (7 + i / 4) for i in range(17)]  # 10 Mbit/s .. 100 Gbit/s
+PAYS_FROM = 1.05   # a candidate "pays" from the lowest rate where it is 5% faster than ring
+
+
+def straggler_factors(workers: int, rank_factor: tuple[int, float] | None
+                      ) -> tuple[float, float]:
+    """(bsp's compute factor, the decentralized protocols')."""
+    if rank_factor is None:
+        return 1.0, 1.0
+    _, x = rank_factor
+    return x, (workers - 1 + x) / workers
+
+
+def machine_factor(workers: int, cores: int | None = None) -> float:
+    """How much slower each worker computes when ``workers`` share this machine's cores
+    (verification here): workers x threads / cores, threads = cores // workers (>= 1)."""
+    cores = cores or os.cpu_count() or 1
+    threads = max(1, cores // workers)
+    return max(1.0, workers * threads / cores)
+
+
+def rank(profile: JobProfile, cands: list[Candidate], cluster: Cluster, k: Constants,
+         straggler: tuple[int, float] | None = None) -> list[Prediction]:
+    """Predictions for every candidate, fastest first."""
+    bsp_f, async_f = straggler_factors(cluster.workers, straggler)
+    out = []
+    for cand in cands:
+        factor = bsp_f if cand.sync == "bsp" else async_f
+        c = replace(cluster, compute_factor=cluster.compute_factor * factor)
+        out.append(predict(profile, cand, c, k))
+    return sorted(out, key=lambda p: p.iteration_s)
+
+
+def sweep(profile: JobProfile, cands: list[Candidate], cluster: Cluster, k: Constants,
+          straggler: tuple[int, float] | None = None) -> dict[str, Any]:
+    """Predicted speedup over the ring per candidate at link rates of 10 Mbit/s-100 Gbit/s,
+    and the lowest rate from which each pays (None if it never does)."""
+    speedups: dict[str, list[float]] = {}
+    for bps in SWEEP_BPS:
+        preds = {p.candidate: p for p in rank(profile, cands, replace(cluster, link_bps=bps),
+                                              k, straggler)}
+        ring = preds["ring"].iteration_s
+        for label, p in preds.items():
+            speedups.setdefault(label, []).append(ring / p.iteration_s)
+    pays = {label: next((bps for bps, s in zip(SWEEP_BPS, values) if s >= PAYS_FROM), None)
+            for label, values in speedups.items()}
+    return {"link_bps": SWEEP_BPS, "speedup_over_ring": speedups, "pays_from_bps": pays}
+
+
+def _confidence(preds: list[Prediction], known_error: float) -> dict[str, Any]:
+    best, second = preds[0], preds[1] if len(preds) > 1 else preds[0]
+    margin = second.iteration_s / best.iteration_s - 1
+    level = "high" if margin > 2 * known_error else "medium" if margin > known_error \
+        else "low"
+    return {"level": level, "margin_over_next": margin, "known_error": known_error,
+            "meaning": f"the top candidate is {margin:.0%} faster than the next; predictions "
+                       f"are known to be within about {known_error:.0%}"}
+
+
+def advise_result(profile: JobProfile, cands: list[Candidate], cluster: Cluster,
+                  k: Constants, job: dict[str, Any],
+                  straggler: tuple[int, float] | None = None) -> dict[str, Any]:
+    """The ``advise`` JSON result (no verification yet)."""
+    preds = rank(profile, cands, cluster, k, straggler)
+    ring = next(p for p in preds if p.candidate == "ring").iteration_s
+    rows = [{"candidate": p.candidate, "iteration_s": p.iteration_s,
+             "speedup_over_ring": ring / p.iteration_s, "compute_s": p.compute_s,
+             "comm_s": p.comm_s, "exposed_share": p.exposed_share, "limiter": p.limiter,
+             "terms_s": p.terms} for p in preds]
+    result = new_result("advise", {**job, "constants": k.to_dict(),
+                                   "cluster": {"workers": cluster.workers,
+                                               "link_bps": cluster.link_bps,
+                                               "topology": cluster.topology,
+                                               "compute_factor": cluster.compute_factor}})
+    result["profile"] = profile.to_dict()
+    result["candidates"] = [{"candidate": c.label, "exchange": c.exchange,
+                             "method": c.method, "ratio": c.ratio,
+                             "compress_gbps": None if math.isinf(c.compress_bps)
+                             else c.compress_bps / 1e9, "sync": c.sync} for c in cands]
+    result["predictions"] = rows
+    result["sweep"] = sweep(profile, cands, cluster, k, straggler)
+    result["summary"] = {"recommendation": rows[0]["candidate"],
+                         "predicted_speedup_over_ring": rows[0]["speedup_over_ring"],
+                         "confidence": _confidence(preds, KNOWN_ERROR)}
+    return result

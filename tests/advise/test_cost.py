@@ -1,0 +1,123 @@
+"""The advisor's cost model (pure): bucket times, the timeline, limits, ranking."""
+
+import pytest
+
+from dlcomm.advise.cost import Candidate, Cluster, Constants, bucket_time, predict, timeline
+from dlcomm.advise.profile import JobProfile
+from dlcomm.advise.run import advise_result, machine_factor, rank, straggler_factors, sweep
+from dlcomm.advise.verify import median_step_time, score, train_args_for
+from dlcomm.errors import ConfigError
+from dlcomm.workloads.catalog.compute import Bucket
+
+K = Constants()
+MB = 10**6
+
+
+def job(compute_s=0.01, sizes=(4 * MB,), density=1.0):
+    backward = compute_s * 2 / 3
+    buckets = tuple(Bucket(i, (f"b{i}",), s // 4, s, backward * (i + 1) / len(sizes))
+                    for i, s in enumerate(sizes))
+    return JobProfile("toy", compute_s / 3, compute_s * 2 / 3, 0.0, buckets, density)
+
+
+def test_timeline_waits_for_readiness_and_the_previous_bucket():
+    assert timeline([0.0, 0.0], [1.0, 1.0]) == 2.0
+    assert timeline([0.0, 5.0], [1.0, 1.0]) == 6.0
+    assert timeline([2.0, 2.5], [1.0, 1.0]) == 4.0
+
+
+def test_ring_and_switch_follow_their_byte_counts():
+    c = Cluster(4, 1e9)
+    ring, _ = bucket_time(4 * MB, Candidate("ring"), job(), c, K)
+    switch, terms = bucket_time(4 * MB, Candidate("switch"), job(), c, K)
+    # ring: 2(n-1)/n = 1.5 x the bytes; switch: 1 x (plus small fixed costs)
+    assert ring == pytest.approx(2 * 3 * K.ring_alpha_s + 1.5 * 32e6 / 0.9e9)
+    assert switch == pytest.approx(K.switch_overhead_s + 32e6 / 0.9e9)
+    assert max(terms, key=terms.get) == "links"
+
+
+def test_the_switch_cpu_limits_at_high_rates():
+    c = Cluster(8, 100e9)
+    p = predict(job(0.001), Candidate("switch"), c, K)
+    assert p.limiter == "switch CPU"  # 8 x 32 Mbit at 10 Gbit/s per core > the links
+
+
+def test_compute_bound_jobs_are_limited_by_compute():
+    p = predict(job(compute_s=1.0, sizes=(MB, MB, MB)), Candidate("ring"), Cluster(4, 100e9),
+                K)
+    assert p.limiter == "compute" and p.exposed_share < 0.1
+
+
+def test_sparse_pays_only_with_sparse_gradients():
+    c = Cluster(4, 1e9)
+    # 1% of the blocks: 40 KB on the wire and its Python rounds, against 4 MB
+    dense, sparse = job(density=1.0), job(density=0.01)
+    assert predict(sparse, Candidate("sparse-switch"), c, K).iteration_s < \
+        predict(sparse, Candidate("switch"), c, K).iteration_s
+    assert predict(dense, Candidate("auto"), c, K).iteration_s == \
+        pytest.approx(predict(dense, Candidate("switch"), c, K).iteration_s)
+
+
+def test_compression_trades_bytes_for_cpu():
+    c = Cluster(4, 1e8)
+    cheap = Candidate("ring", "fp16", 0.5, True, 1e12)
+    slow = Candidate("ring", "fp16", 0.5, True, 1e6)
+    assert predict(job(), cheap, c, K).iteration_s < predict(job(), Candidate("ring"), c,
+                                                             K).iteration_s
+    assert predict(job(), slow, c, K).limiter == "worker CPU"
+    gathered = Candidate("ring", "topk:ratio=0.01", 0.02, False, 1e12)
+    t, _ = bucket_time(MB, gathered, job(), c, K)
+    assert t == pytest.approx(3 * K.ring_alpha_s + 3 * 8 * 0.02 * MB / (1e8 * 0.9) + 8 * MB / 1e12)
+
+
+def test_ranking_sweep_and_result():
+    cands = [Candidate("ring"), Candidate("switch")]
+    c = Cluster(4, 1e9)
+    preds = rank(job(), cands, c, K)
+    assert [p.candidate for p in preds] == ["switch", "ring"]
+    sw = sweep(job(), cands, c, K)
+    assert sw["pays_from_bps"]["ring"] is None
+    assert sw["speedup_over_ring"]["ring"] == [1.0] * len(sw["link_bps"])
+    # the switch pays at slow links and stops paying when compute dominates: its speedup
+    # over the ring never rises with the rate here
+    speedups = sw["speedup_over_ring"]["switch"]
+    assert speedups[0] > 1.3 and speedups[-1] < speedups[0]
+    result = advise_result(job(), cands, c, K, {"workload": "toy"})
+    assert result["kind"] == "advise" and result["summary"]["recommendation"] == "switch"
+    assert result["summary"]["confidence"]["level"] in ("high", "medium", "low")
+
+
+def test_stragglers_slow_bsp_not_the_decentralized_protocols():
+    assert straggler_factors(4, None) == (1.0, 1.0)
+    assert straggler_factors(4, (1, 4.0)) == (4.0, 1.75)
+    cands = [Candidate("ring"), Candidate("ring", sync="hop")]
+    preds = rank(job(compute_s=0.5), cands, Cluster(4, 1e9), K, (1, 4.0))
+    assert preds[0].candidate == "ring --sync hop"
+
+
+def test_machine_factor():
+    assert machine_factor(4, cores=2) == 2.0
+    assert machine_factor(2, cores=8) == 1.0
+    assert machine_factor(3, cores=8) == pytest.approx(3 * 2 / 8 if 3 * 2 / 8 > 1 else 1.0)
+
+
+def test_bad_cluster():
+    with pytest.raises(ConfigError, match="--workers must be >= 2"):
+        Cluster(1, 1e9)
+
+
+def test_verification_scoring():
+    preds = [{"candidate": "switch", "iteration_s": 0.05},
+             {"candidate": "ring", "iteration_s": 0.08}]
+    out = score(preds, {"switch": 0.06, "ring": 0.09})
+    assert out["recommendation_ok"] and out["measured_fastest"] == "switch"
+    row = out["rows"][0]
+    assert row["error"] == pytest.approx(0.05 / 0.06 - 1)
+    assert row["speedup_error"] == pytest.approx((0.08 / 0.05) / (0.09 / 0.06) - 1)
+    wrong = score(preds, {"switch": 0.10, "ring": 0.09})
+    assert not wrong["recommendation_ok"] and wrong["measured_fastest"] == "ring"
+    assert median_step_time([{"step_time_s": t} for t in (9, 1, 2, 3)], 1) == 2
+    assert train_args_for({"exchange": "switch", "method": "fp16", "sync": "bsp"}) == \
+        ["--exchange", "switch", "--compress", "fp16"]
+    assert train_args_for({"exchange": "ring", "method": None, "sync": "hop"}) == \
+        ["--exchange", "ring", "--sync", "hop"]
