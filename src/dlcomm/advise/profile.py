@@ -176,7 +176,7 @@ def measure_profile(name: str, model: nn.Module, batch: tuple[torch.Tensor, ...]
     kept = runs[warmup:]
     fwd, bwd, opt_s = (statistics.median(r[k] for r in kept) for k in range(3))
     times = {i: statistics.median(r[3].get(i, bwd) for r in kept) for i in range(len(params))}
-    order = sorted(times, key=times.get)  # type: ignore[arg-type]
+    order = sorted(times, key=lambda i: times[i])
     deltas, last = [], 0.0
     for i in order:
         deltas.append(max(times[i] - last, 0.0))

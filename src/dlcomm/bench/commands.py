@@ -7,8 +7,8 @@ from typing import Any
 import click
 
 from dlcomm.bench.auth import auth_cmd
-from dlcomm.bench.fuzz_cli import fuzz_cmd
 from dlcomm.bench.backend_cli import backend_cmd
+from dlcomm.bench.fuzz_cli import fuzz_cmd
 from dlcomm.bench.switch_cli import switch_cmd
 from dlcomm.options import network_options, switch_options
 from dlcomm.registry import split_specs

@@ -24,8 +24,8 @@ from torch.nn.parallel import DistributedDataParallel
 from dlcomm.exchange import (
     Exchange,
     ExchangeContext,
-    ExchangeStats,
     ExchangeHookState,
+    ExchangeStats,
     exchange_hook,
     make_exchange,
 )
