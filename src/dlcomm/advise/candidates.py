@@ -20,18 +20,19 @@ SAMPLE = 2**20  # elements a compressor is measured on
 
 
 def _summable_wire(compressor: Any, flat: torch.Tensor, shapes: list[torch.Size],
-                   native: bool) -> int:
-    """Bytes one worker puts into the inner exchange for ``flat``: the rounds of the
-    compressor's collective, as the compressed exchange runs them (world of one)."""
+                   native: bool) -> tuple[int, int]:
+    """(bytes, rounds) one worker puts into the inner exchange for ``flat``: the rounds of
+    the compressor's collective, as the compressed exchange runs them (world of one)."""
     protocol = compressor.rounds(flat, "bucket", 1, shapes or None)
-    wire, request = 0, next(protocol)
+    wire, rounds, request = 0, 0, next(protocol)
     while True:
+        rounds += 1
         wire += sum(t.numel() * (t.element_size() if native or t.dtype == torch.float32
                                  else 4) for t in request.tensors)
         try:
             request = protocol.send([t.clone() for t in request.tensors])
         except StopIteration:
-            return wire
+            return wire, rounds
 
 
 def measure_method(spec: str, workers: int, over: str,
@@ -45,18 +46,19 @@ def measure_method(spec: str, workers: int, over: str,
     elements = sum(s.numel() for s in sizes)
     flat = torch.randn(elements, generator=torch.Generator().manual_seed(0))
     native = over == "ring"
-    times, wire = [], 0
+    times, wire, rounds = [], 0, 2  # an all-gather: the sizes, then the payloads
     for _ in range(repeats):
         t0 = time.perf_counter()
         if compressor.summable:
-            wire = _summable_wire(compressor, flat.clone(), sizes if shapes else [], native)
+            wire, rounds = _summable_wire(compressor, flat.clone(), sizes if shapes else [],
+                                          native)
         else:
             _, payload = run_local(compressor, flat.clone())
             wire = wire_bytes(compressor, payload, workers, native)
         times.append(time.perf_counter() - t0)
     inner = over if compressor.summable else "ring"  # an all-gather goes through gloo
     return Candidate(inner, spec, wire / (4 * elements), compressor.summable,
-                     32 * elements / statistics.median(times))
+                     32 * elements / statistics.median(times), rounds=rounds)
 
 
 def candidates(workers: int, methods: tuple[str, ...] = METHODS,

@@ -22,6 +22,8 @@ __all__ = ["advise_cmd"]
               "(adds bsp against hop and prague).")
 @click.option("--methods", default="fp16,powersgd:rank=4,topk:ratio=0.01", show_default=True,
               help="Compressors to weigh, +-separated or comma-separated specs.")
+@click.option("--only", help="Weigh only these candidates (comma-separated labels, e.g. "
+              "ring,switch).")
 @click.option("--verify", "verify_top", type=int, default=0,
               help="Run the top N candidates (and the ring) for real and score the prediction.")
 @click.option("--steps", type=int, default=40, show_default=True,
@@ -30,8 +32,8 @@ __all__ = ["advise_cmd"]
 @click.option("--plot", "plot_path", help="Write the speedup-against-link-rate plot here.")
 def advise_cmd(workload: str | None, model_target: str | None, workers: int, bandwidth: str,
                accelerator: str | None, batch_size: int | None, straggler: str | None,
-               methods: str, verify_top: int, steps: int, json_path: str | None,
-               plot_path: str | None) -> None:
+               methods: str, only: str | None, verify_top: int, steps: int,
+               json_path: str | None, plot_path: str | None) -> None:
     """Predict every candidate exchange for one job, rank them, and (--verify) check."""
     from rich.console import Console
 
@@ -42,7 +44,7 @@ def advise_cmd(workload: str | None, model_target: str | None, workers: int, ban
     check_writable(plot_path)
     result = run_advise(workload, model_target, workers, bandwidth, accelerator, batch_size,
                         straggler, methods, verify_top, steps,
-                        progress=lambda m: click.echo(m, err=True))
+                        progress=lambda m: click.echo(m, err=True), only=only)
     if json_path:
         write_json(json_path, result)
     if plot_path:

@@ -8,7 +8,8 @@ bucket are done. One bucket of ``S`` bytes on ``n`` workers with links of ``B`` 
 =================  ==========================================================  ==========
 candidate          time                                                         limited by
 =================  ==========================================================  ==========
-ring               ``2(n-1) alpha + 2(n-1)/n S / (B e_ring)``                   links
+ring               ``2(n-1) alpha + max(2(n-1)/n S / (B e_ring),``              links or
+                   ``2(n-1)/n S / R_ring)``                                     CPU
 switch             ``o_sw + max(S / (B e_sw), n S / R_switch, S / R_client)``   links, or
                                                                                 the switch's
                                                                                 / a worker's
@@ -17,13 +18,13 @@ sparse-switch      as switch with ``S d (1 + 1/block)`` on the wire, and        
                    ``S / R_scan + d S / R_sparse`` of Python rounds per worker  CPU
 auto               the faster of switch and sparse-switch, per bucket
 compressed         the inner exchange on ``r S`` (summable methods) or an        links or
-                   all-gather of ``(n-1) r S``, plus ``S / R_compress``          CPU
+                   all-gather of ``(n-1) r S``, plus ``S / R_compress`` and a    CPU
+                   Python cost per collective round
 =================  ==========================================================  ==========
 
 ``d`` is the gradients' block density, ``r`` the method's measured wire ratio and
 ``R_compress`` its measured rate on this CPU. The constants (:class:`Constants`) default to
-what dlcomm measured on its reference machine (docs/advise.md); ``--measure`` fits ring's
-and the switch's on the machine at hand.
+what dlcomm measured on its reference machine (docs/advise.md).
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ class Constants:
     client_rate_bps: float = 8e9     # one worker's native client
     sparse_rate_bps: float = 0.58e9  # one worker's sparse rounds (Python), per non-zero bit
     scan_rate_bps: float = 12e9      # finding the non-zero blocks, per dense bit
+    round_s: float = 1.5e-3          # a compressed exchange's Python per collective round
+    ring_rate_bps: float = 2e9       # gloo's TCP send + receive per worker core
     source: str = "defaults"
 
     def to_dict(self) -> dict[str, Any]:
@@ -82,6 +85,7 @@ class Candidate:
     summable: bool = True
     compress_bps: float = float("inf")  # compress + decompress rate, float32 bits/s
     sync: str = "bsp"
+    rounds: int = 1                    # collectives per bucket (PowerSGD: 2)
 
     @property
     def label(self) -> str:
@@ -107,6 +111,7 @@ class Prediction:
 
 def _switch_time(nbytes: float, c: Cluster, k: Constants, sparse_density: float | None
                  ) -> tuple[float, dict[str, float]]:
+    # CPU terms are slowed as compute is when the workers share this machine's cores
     bits = 8 * nbytes
     if sparse_density is None:
         wire = bits
@@ -114,15 +119,18 @@ def _switch_time(nbytes: float, c: Cluster, k: Constants, sparse_density: float 
     else:
         wire = bits * sparse_density * (1 + 1 / DENSITY_BLOCK)
         cpu_worker = bits / k.scan_rate_bps + bits * sparse_density / k.sparse_rate_bps
+    f = c.compute_factor
     terms = {"links": wire / (c.link_bps * k.switch_efficiency),
-             "switch CPU": c.workers * wire / k.switch_rate_bps, "worker CPU": cpu_worker}
+             "switch CPU": f * c.workers * wire / k.switch_rate_bps, "worker CPU": f * cpu_worker}
     return k.switch_overhead_s + max(terms.values()), terms
 
 
 def _ring_time(nbytes: float, c: Cluster, k: Constants) -> tuple[float, dict[str, float]]:
     n = c.workers
-    links = 2 * (n - 1) / n * 8 * nbytes / (c.link_bps * k.ring_efficiency)
-    return 2 * (n - 1) * k.ring_alpha_s + links, {"links": links}
+    bits = 2 * (n - 1) / n * 8 * nbytes
+    terms = {"links": bits / (c.link_bps * k.ring_efficiency),
+             "worker CPU": c.compute_factor * bits / k.ring_rate_bps}
+    return 2 * (n - 1) * k.ring_alpha_s + max(terms.values()), terms
 
 
 def _gather_time(nbytes: float, c: Cluster, k: Constants) -> tuple[float, dict[str, float]]:
@@ -136,8 +144,9 @@ def bucket_time(nbytes: float, cand: Candidate, profile: JobProfile, c: Cluster,
     """Seconds to exchange one bucket of ``nbytes``, and the terms that make it."""
     wire = nbytes * cand.ratio
     extra = {}
-    if cand.method is not None:
-        extra["worker CPU"] = 8 * nbytes / cand.compress_bps
+    if cand.method is not None:  # (on this CPU: slowed as compute is, by sharing cores)
+        extra["worker CPU"] = c.compute_factor * (8 * nbytes / cand.compress_bps
+                                                  + cand.rounds * k.round_s)
     if cand.method is not None and not cand.summable:
         t, terms = _gather_time(wire, c, k)
     elif cand.exchange == "ring":
@@ -168,7 +177,8 @@ def timeline(ready: list[float], durations: list[float]) -> float:
 def predict(profile: JobProfile, cand: Candidate, c: Cluster, k: Constants) -> Prediction:
     """One iteration of ``profile`` on ``c`` through ``cand``."""
     f = c.compute_factor
-    fwd, bwd, opt = profile.forward_s * f, profile.backward_s * f, profile.optimizer_s * f
+    fwd, bwd = profile.forward_s * f, profile.backward_s * f
+    opt = (profile.optimizer_s + profile.overhead_s) * f  # after the last bucket
     times, totals = [], {"links": 0.0, "switch CPU": 0.0, "worker CPU": 0.0}
     for b in profile.buckets:
         t, terms = bucket_time(b.bytes, cand, profile, c, k)

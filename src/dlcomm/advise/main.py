@@ -28,8 +28,35 @@ from dlcomm.workloads.catalog import MODELS, get_model
 __all__ = ["run_advise", "trainable_profile"]
 
 
+def trainer_step_s(spec: str, batch_size: int | None, threads: int, steps: int = 30) -> float:
+    """The median step of ``dlcomm train`` with one worker here: compute plus what the
+    trainer itself costs per step (data loading, DDP, records), nothing exchanged."""
+    import json
+    import sys
+
+    from dlcomm.advise.verify import median_step_time
+    from dlcomm.runtime.jobdir import job_directory
+    from dlcomm.runtime.processes import run_child
+
+    with job_directory("advise-step") as tmp:
+        out = tmp / "one.json"
+        cmd = [sys.executable, "-m", "dlcomm", "train", "--workload", spec, "--workers", "1",
+               "--steps", str(steps), "--threads", str(threads), "--eval-every",
+               str(10 * steps), "--quiet", "--json", str(out)]
+        if batch_size:
+            cmd += ["--batch-size", str(batch_size)]
+        res = run_child(cmd, 600)
+        if res.returncode != 0:
+            lines = res.stderr.strip().splitlines()
+            raise ConfigError(f"profiling {spec} failed: {lines[-1] if lines else res.returncode}")
+        return median_step_time(json.loads(out.read_text())["steps"], 5)
+
+
 def trainable_profile(spec: str, batch_size: int | None, workers: int) -> JobProfile:
-    """A few real steps of a trainable workload on this CPU, with the trainer's threads."""
+    """A few real steps of a trainable workload on this CPU, with the trainer's threads;
+    the trainer's own cost per step from one 1-worker run of it."""
+    from dataclasses import replace
+
     from dlcomm.workloads import make_workload
 
     workload = make_workload(spec)
@@ -38,12 +65,15 @@ def trainable_profile(spec: str, batch_size: int | None, workers: int) -> JobPro
                                          generator=torch.Generator().manual_seed(0))
     x, y = next(iter(loader))
     previous = torch.get_num_threads()
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    torch.set_num_threads(threads)
     try:
-        return measure_profile(parse_spec(spec).name, workload.model, (x,),
-                               loss=lambda out: workload.loss(out, y))
+        profile = measure_profile(parse_spec(spec).name, workload.model, (x,),
+                                  loss=lambda out: workload.loss(out, y))
     finally:
         torch.set_num_threads(previous)
+    step = trainer_step_s(spec, batch_size, threads)
+    return replace(profile, overhead_s=max(0.0, step - profile.compute_s))
 
 
 def _profile(workload: str | None, model_target: str | None, workers: int,
@@ -73,7 +103,8 @@ def _profile(workload: str | None, model_target: str | None, workers: int,
 def run_advise(workload: str | None, model_target: str | None, workers: int, bandwidth: str,
                accelerator: str | None, batch_size: int | None, straggler: str | None,
                methods: str, verify_top: int, steps: int,
-               progress: Callable[[str], None] = print) -> dict[str, Any]:
+               progress: Callable[[str], None] = print, only: str | None = None
+               ) -> dict[str, Any]:
     """The ``advise`` result for one job (with ``verify`` after ``--verify N``)."""
     link_bps = parse_rate(bandwidth)
     lag = None
@@ -92,6 +123,13 @@ def run_advise(workload: str | None, model_target: str | None, workers: int, ban
                        profile.shapes)
     if lag is not None:
         cands += [Candidate("ring", sync="hop"), Candidate("ring", sync="prague")]
+    if only:
+        wanted = {w.strip() for w in split_specs(only)} | {"ring"}  # speedups need the ring
+        unknown = wanted - {c.label for c in cands}
+        if unknown:
+            raise ConfigError(f"--only: no candidate {sorted(unknown)[0]!r} (known: "
+                              f"{', '.join(c.label for c in cands)})")
+        cands = [c for c in cands if c.label in wanted]
     job = {"workload": workload, "model": model_target, "kind": kind, "workers": workers,
            "bandwidth": bandwidth, "accelerator": profile.accelerator,
            "batch_size": profile.batch, "straggler": straggler}

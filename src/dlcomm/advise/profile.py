@@ -57,10 +57,11 @@ class JobProfile:
     source: str = "catalog"       # catalog | measured
     accelerator: str = "cpu"
     shapes: tuple[tuple[int, ...], ...] = ()  # gradient tensors (measured models)
+    overhead_s: float = 0.0       # the trainer's own cost per step (data, DDP, records)
 
     @property
     def compute_s(self) -> float:
-        return self.forward_s + self.backward_s + self.optimizer_s
+        return self.forward_s + self.backward_s + self.optimizer_s + self.overhead_s
 
     @property
     def gradient_bytes(self) -> int:
@@ -70,6 +71,7 @@ class JobProfile:
         return {"name": self.name, "source": self.source, "accelerator": self.accelerator,
                 "batch": self.batch, "forward_s": self.forward_s,
                 "backward_s": self.backward_s, "optimizer_s": self.optimizer_s,
+                "overhead_s": self.overhead_s,
                 "density": self.density, "gradient_bytes": self.gradient_bytes,
                 "buckets": [{"bytes": b.bytes, "ready_s": b.ready_s} for b in self.buckets]}
 
@@ -79,7 +81,8 @@ def scaled(profile: JobProfile, factor: float, accelerator: str) -> JobProfile:
     buckets = tuple(replace(b, ready_s=b.ready_s * factor) for b in profile.buckets)
     return replace(profile, forward_s=profile.forward_s * factor,
                    backward_s=profile.backward_s * factor,
-                   optimizer_s=profile.optimizer_s * factor, buckets=buckets,
+                   optimizer_s=profile.optimizer_s * factor,
+                   overhead_s=profile.overhead_s * factor, buckets=buckets,
                    accelerator=accelerator)
 
 

@@ -19,23 +19,32 @@ def _rate(bps: float | None) -> str:
     return f"{bps / 1e3:.3g} kbit/s"
 
 
+def _short(label: str) -> str:
+    """``compressed:method=M,over=E`` -> ``M over E`` (the table's narrow column)."""
+    if label.startswith("compressed:method="):
+        method, _, over = label[len("compressed:method="):].partition(",over=")
+        return f"{method} over {over}"
+    return label
+
+
 def print_advice(result: dict[str, Any], console: Any) -> None:
     """The ranked table, the recommendation and, after --verify, the measured figures."""
     from rich.table import Table
 
-    pays = result["sweep"]["pays_from_bps"]
+    pays = result["sweep"]["pays_bps"]
     verified = {r["candidate"]: r for r in (result.get("verify") or {}).get("rows", [])}
     table = Table(title=f"{result['profile']['name']} on {result['config']['cluster']['workers']}"
                   f" workers at {_rate(result['config']['cluster']['link_bps'])}")
-    for col in ("candidate", "iteration", "speedup", "exposed comm", "limited by", "pays from"):
+    for col in ("candidate", "iteration", "speedup", "exposed comm", "limited by", "pays at"):
         table.add_column(col, justify="left" if col in ("candidate", "limited by") else "right",
                          overflow="fold")
     if verified:
         table.add_column("measured", justify="right")
     for row in result["predictions"]:
-        cells = [row["candidate"], f"{row['iteration_s'] * 1e3:.1f} ms",
+        span = pays.get(row["candidate"])
+        cells = [_short(row["candidate"]), f"{row['iteration_s'] * 1e3:.1f} ms",
                  f"{row['speedup_over_ring']:.2f}x", f"{row['exposed_share']:.0%}",
-                 row["limiter"], _rate(pays.get(row["candidate"]))]
+                 row["limiter"], f"{_rate(span[0])} - {_rate(span[1])}" if span else "never"]
         if verified:
             v = verified.get(row["candidate"])
             cells.append(f"{v['measured_s'] * 1e3:.1f} ms ({v['error']:+.0%})" if v else "")
@@ -53,18 +62,19 @@ def print_advice(result: dict[str, Any], console: Any) -> None:
 
 
 def plot_sweep(result: dict[str, Any], path: str | Path) -> Path:
-    """Predicted speedup over the ring against link rate, per candidate; a dot where each
-    starts to pay."""
+    """Predicted speedup over the ring against link rate, per candidate; dots at the ends
+    of the range where each pays (5% faster than the ring)."""
     plt = pyplot()
     sweep = result["sweep"]
     rates = [b / 1e9 for b in sweep["link_bps"]]
     fig, ax = plt.subplots(figsize=(8, 5))
     for label, values in sweep["speedup_over_ring"].items():
-        line, = ax.plot(rates, values, label=label)
-        start = sweep["pays_from_bps"].get(label)
-        if start is not None and label != "ring":
-            ax.plot([start / 1e9], [values[sweep["link_bps"].index(start)]], "o",
-                    color=line.get_color())
+        line, = ax.plot(rates, values, label=_short(label))
+        span = sweep["pays_bps"].get(label)
+        if span is not None and label != "ring":  # where it pays: from .. to
+            for edge in span:
+                ax.plot([edge / 1e9], [values[sweep["link_bps"].index(edge)]], "o",
+                        color=line.get_color())
     ax.axvline(result["config"]["cluster"]["link_bps"] / 1e9, color="grey", ls=":",
                label="this cluster")
     ax.set_xscale("log")

@@ -22,7 +22,7 @@ __all__ = ["rank", "sweep", "advise_result", "KNOWN_ERROR", "straggler_factors",
 
 KNOWN_ERROR = 0.10  # relative error of predicted iteration times (docs/advise.md)
 SWEEP_BPS = [10 ** (7 + i / 4) for i in range(17)]  # 10 Mbit/s .. 100 Gbit/s
-PAYS_FROM = 1.05   # a candidate "pays" from the lowest rate where it is 5% faster than ring
+PAYS_FROM = 1.05   # a candidate "pays" at the rates where it is 5% faster than the ring
 
 
 def straggler_factors(workers: int, rank_factor: tuple[int, float] | None
@@ -57,7 +57,7 @@ def rank(profile: JobProfile, cands: list[Candidate], cluster: Cluster, k: Const
 def sweep(profile: JobProfile, cands: list[Candidate], cluster: Cluster, k: Constants,
           straggler: tuple[int, float] | None = None) -> dict[str, Any]:
     """Predicted speedup over the ring per candidate at link rates of 10 Mbit/s-100 Gbit/s,
-    and the lowest rate from which each pays (None if it never does)."""
+    and the range of rates [lowest, highest] at which each pays (None if it never does)."""
     speedups: dict[str, list[float]] = {}
     for bps in SWEEP_BPS:
         preds = {p.candidate: p for p in rank(profile, cands, replace(cluster, link_bps=bps),
@@ -65,9 +65,11 @@ def sweep(profile: JobProfile, cands: list[Candidate], cluster: Cluster, k: Cons
         ring = preds["ring"].iteration_s
         for label, p in preds.items():
             speedups.setdefault(label, []).append(ring / p.iteration_s)
-    pays = {label: next((bps for bps, s in zip(SWEEP_BPS, values) if s >= PAYS_FROM), None)
-            for label, values in speedups.items()}
-    return {"link_bps": SWEEP_BPS, "speedup_over_ring": speedups, "pays_from_bps": pays}
+    pays: dict[str, list[float] | None] = {}
+    for label, values in speedups.items():
+        paying = [bps for bps, s in zip(SWEEP_BPS, values) if s >= PAYS_FROM]
+        pays[label] = [paying[0], paying[-1]] if paying else None
+    return {"link_bps": SWEEP_BPS, "speedup_over_ring": speedups, "pays_bps": pays}
 
 
 def _confidence(preds: list[Prediction], known_error: float) -> dict[str, Any]:
