@@ -140,6 +140,17 @@ def test_wrong_certificate_fingerprint_fails_init(job_tmp):
     assert service.final_stats[0]["counters"].get("control_registrations", 0) == 0
 
 
+def test_a_switch_rank_0_cannot_start_fails_every_rank_at_init(job_tmp):
+    """Rank 0 cannot bind the job's switch (an address this host does not have: nothing is
+    sent there); every rank fails init with rank 0's reason, at once."""
+    start = time.monotonic()
+    env = clean_env(job_tmp, DLCOMM_SWITCH_BIND="192.0.2.1")
+    res = torchrun(job_tmp, 2, TUTORIAL, "dlcomm", "x.pt", env=env)
+    assert res.returncode != 0
+    assert "did not start" in res.stderr, res.stderr[-2000:]
+    assert time.monotonic() - start < 60
+
+
 def test_wrong_admin_token_fails_init(job_tmp):
     token = job_tmp / "switch.token"
     with running_switches("127.0.0.1", 1, extra_args=("--token-file", str(token))) as service:

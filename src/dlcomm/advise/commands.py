@@ -21,7 +21,7 @@ __all__ = ["advise_cmd"]
 @click.option("--straggler", help="RANK:FACTOR: one worker FACTOR times slower "
               "(adds bsp against hop and prague).")
 @click.option("--methods", default="fp16,powersgd:rank=4,topk:ratio=0.01", show_default=True,
-              help="Compressors to weigh, +-separated or comma-separated specs.")
+              help="Compressors to weigh: comma-separated specs.")
 @click.option("--only", help="Weigh only these candidates (comma-separated labels, e.g. "
               "ring,switch).")
 @click.option("--verify", "verify_top", type=int, default=0,

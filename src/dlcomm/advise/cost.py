@@ -161,6 +161,11 @@ def bucket_time(nbytes: float, cand: Candidate, profile: JobProfile, c: Cluster,
         t, terms = min(dense, sparse, key=lambda x: x[0])
     else:
         raise ConfigError(f"no cost model for exchange {cand.exchange!r}")
+    if cand.rounds > 1:  # each further round pays the inner exchange's fixed cost again
+        n = c.workers
+        fixed = k.switch_overhead_s if cand.exchange == "switch" and cand.summable else \
+            2 * (n - 1) * k.ring_alpha_s
+        t += (cand.rounds - 1) * fixed
     for name, value in extra.items():
         terms = {**terms, name: terms.get(name, 0.0) + value}
     return t + sum(extra.values()), terms

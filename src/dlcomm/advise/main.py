@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -26,6 +27,18 @@ from dlcomm.workloads.accelerators import get_accelerator
 from dlcomm.workloads.catalog import MODELS, get_model
 
 __all__ = ["run_advise", "trainable_profile"]
+
+
+@contextlib.contextmanager
+def _threads(workers: int) -> Iterator[int]:
+    """torch threads as the trainer gives each of ``workers`` on this machine."""
+    previous = torch.get_num_threads()
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    torch.set_num_threads(threads)
+    try:
+        yield threads
+    finally:
+        torch.set_num_threads(previous)
 
 
 def trainer_step_s(spec: str, batch_size: int | None, threads: int, steps: int = 30) -> float:
@@ -64,14 +77,9 @@ def trainable_profile(spec: str, batch_size: int | None, workers: int) -> JobPro
     loader = torch.utils.data.DataLoader(workload.train_set, batch_size=size, shuffle=True,
                                          generator=torch.Generator().manual_seed(0))
     x, y = next(iter(loader))
-    previous = torch.get_num_threads()
-    threads = max(1, (os.cpu_count() or 1) // workers)
-    torch.set_num_threads(threads)
-    try:
+    with _threads(workers) as threads:
         profile = measure_profile(parse_spec(spec).name, workload.model, (x,),
                                   loss=lambda out: workload.loss(out, y))
-    finally:
-        torch.set_num_threads(previous)
     step = trainer_step_s(spec, batch_size, threads)
     return replace(profile, overhead_s=max(0.0, step - profile.compute_s))
 
@@ -92,11 +100,14 @@ def _profile(workload: str | None, model_target: str | None, workers: int,
     else:
         assert model_target is not None
         model, batch = load_user_model(model_target)
-        profile = measure_profile(model_target, model, batch)
+        with _threads(workers):
+            profile = measure_profile(model_target, model, batch)
         kind = "user"
     if accelerator and accelerator != "cpu":
         acc = get_accelerator(accelerator)
-        profile = scaled(profile, cpu_flops() / (acc.peak_flops * acc.efficiency), acc.name)
+        with _threads(workers):  # the FLOP/s of the threads the profile was measured with
+            flops = cpu_flops()
+        profile = scaled(profile, flops / (acc.peak_flops * acc.efficiency), acc.name)
     return profile, kind, profile.accelerator == "cpu"
 
 
@@ -119,8 +130,7 @@ def run_advise(workload: str | None, model_target: str | None, workers: int, ban
     # measured on this CPU: predicted as dlcomm verifies it, N workers sharing these cores
     cluster = Cluster(workers, link_bps, compute_factor=machine_factor(workers) if here else 1)
     progress("measuring the compressors")
-    cands = candidates(workers, tuple(m.replace("+", ",") for m in split_specs(methods)),
-                       profile.shapes)
+    cands = candidates(workers, tuple(split_specs(methods)), profile.shapes)
     if lag is not None:
         cands += [Candidate("ring", sync="hop"), Candidate("ring", sync="prague")]
     if only:
@@ -146,6 +156,11 @@ def _verify(result: dict[str, Any], kind: str, workload: str | None, workers: in
             progress: Callable[[str], None]) -> dict[str, Any]:
     if kind == "user":
         raise ConfigError("--verify runs dlcomm's own workloads; a --model is predicted only")
+    if kind == "catalog" and straggler:
+        raise ConfigError("--verify of a catalog model runs dlcomm emulate, which has no "
+                          "stragglers: drop --straggler or --verify")
+    if kind == "trainable" and accelerator and accelerator != "cpu":
+        raise ConfigError("--verify trains here, on this CPU: drop --accelerator to verify")
     assert workload is not None
     labels = [p["candidate"] for p in result["predictions"][:top]]
     if "ring" not in labels:

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import ProcessGroupGloo, Store
+from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, Store
 
 from dlcomm.errors import DlcommError
 from dlcomm.exchange.base import Exchange, ExchangeContext, make_exchange
@@ -151,20 +151,26 @@ class DlcommProcessGroup(dist.ProcessGroup):
         self._lock = threading.Lock()
         timeout_s = timeout.total_seconds()
         self._objects = StoreObjects(store, rank, size, timeout_s)
-        # the exchange's own collectives (compression's side channels, the ring) go straight
-        # to gloo through this bare group, never back through this one's routing
+        # the exchange's own collectives (compression's side channels, the ring) go to a
+        # gloo backend of their own through this bare group: never back through this
+        # group's routing, and never interleaved, from the exchange's thread, with the
+        # program's collectives on the main backend (gloo matches calls by their order)
         self._direct = dist.ProcessGroup(store, rank, size)
+        self._direct_gloo: Any = None
         try:
             if with_exchange and config.uses_exchange and size > 1:
                 self._open_exchange(rank, size, timeout_s, job)
             self._gloo: Any = ProcessGroupGloo(store, rank, size, timeout)  # (untyped stubs)
+            if self._exchange is not None:
+                self._direct_gloo = ProcessGroupGloo(PrefixStore("dlcomm-direct/", store),
+                                                     rank, size, timeout)
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 self._objects.fail(_one_line(exc))
             self._close_exchange()
             raise
-        for group in (self, self._direct):
-            group._register_backend(CPU, GLOO, self._gloo)
+        self._register_backend(CPU, GLOO, self._gloo)
+        self._direct._register_backend(CPU, GLOO, self._direct_gloo or self._gloo)
         self._direct._set_default_backend(GLOO)
         _track(self)
 
@@ -199,6 +205,9 @@ class DlcommProcessGroup(dist.ProcessGroup):
         self.close()
         with contextlib.suppress(Exception):
             super().shutdown()
+        if self._direct_gloo is not None:
+            with contextlib.suppress(Exception):
+                self._direct_gloo.shutdown()
 
     # -- the two paths -----------------------------------------------------------------
 
@@ -214,7 +223,7 @@ class DlcommProcessGroup(dist.ProcessGroup):
                 if average:
                     total = total.div_(size)
                 if staged or total.data_ptr() != flat.data_ptr():
-                    tensor.copy_(total.view(tensor.shape))
+                    tensor.detach().copy_(total.view(tensor.shape))
             except BaseException as exc:  # torch's error, dlcomm's reason in it
                 error = dist.DistBackendError(f"dlcomm: {_one_line(exc)}")
                 done.set_exception(error)  # type: ignore[arg-type]  # (stubs: the value type)
@@ -222,7 +231,9 @@ class DlcommProcessGroup(dist.ProcessGroup):
             done.set_result([tensor])
 
         try:
-            key = f"{tensor.data_ptr()}:{tensor.numel()}"  # DDP's buckets keep their storage
+            # per-tensor state (auto's density, error feedback) by what every rank sees
+            # alike: the size (a storage address differs between ranks)
+            key = f"numel{tensor.numel()}"
             self._exchange.allreduce(flat, key).add_done_callback(finish)
         except DlcommError as exc:
             raise dist.DistBackendError(f"dlcomm: {_one_line(exc)}") from exc

@@ -81,8 +81,12 @@ def join_or_start(spec: Spec, objects: ObjectCollectives, rank: int,
     shared: dict[str, str] | None = None
     try:
         if rank == 0:
-            host = bind or default_bind()
-            job.service = job._stack.enter_context(running_switches(host, 1))
+            try:
+                host = bind or default_bind()
+                job.service = job._stack.enter_context(running_switches(host, 1))
+            except Exception as exc:  # the others wait for the address: tell them why
+                objects.broadcast_from_first({"error": str(exc).strip().splitlines()[0]})
+                raise
             options = job.service.spec_options()
             shared = {k: v for k, v in options.items() if k != "token_file"}
             print(f"dlcomm: the job's switch listens on {job.service.spec_addr} "
@@ -91,8 +95,9 @@ def join_or_start(spec: Spec, objects: ObjectCollectives, rank: int,
     except BaseException:
         job.close()
         raise
-    if not shared:
-        raise ConfigError("rank 0 started no switch for the job")
+    if not shared or "error" in shared:
+        reason = shared["error"] if shared else "it started none"
+        raise ConfigError(f"rank 0 could not start the job's switch: {reason}")
     options = {**(job.service.spec_options() if job.service else shared), **spec.options}
     job.spec = Spec(spec.name, options)
     return job
