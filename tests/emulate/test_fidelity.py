@@ -29,6 +29,7 @@ def test_ring_allreduce_within_15_percent_of_bound(job_tmp, workers):
 
 
 @requires_root
+@pytest.mark.slow  # a measurement (36 s); `dlcomm bench fidelity` reports it in make bench
 def test_iteration_time_independent_of_dilation(job_tmp):
     times = {}
     for k in (5, 10):

@@ -59,7 +59,7 @@ def test_ddp_tutorial_torchrun_through_a_running_switch(job_tmp, gloo_weights):
 
 
 @pytest.mark.parametrize("exchange,atol", [
-    ("sparse-switch", WEIGHT_ATOL),
+    pytest.param("sparse-switch", WEIGHT_ATOL, marks=pytest.mark.slow),
     ("compressed:method=fp16,over=switch", 1e-3),  # fp16's rounding, 20 steps
     pytest.param("auto", WEIGHT_ATOL, marks=pytest.mark.slow),
     pytest.param("compressed:method=powersgd:rank=2,memory=powersgd,over=switch", None,

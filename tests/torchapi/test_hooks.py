@@ -9,7 +9,8 @@ from tests.torchapi.helpers import HERE, clean_env, last_json, run_ranks
 
 
 @pytest.mark.parametrize("spec,compress", [
-    ("ring", None), ("switch", None), ("sparse-switch", None), ("switch", "fp16"),
+    ("ring", None), ("switch", None), ("switch", "fp16"),
+    pytest.param("sparse-switch", None, marks=pytest.mark.slow),
     pytest.param("auto", None, marks=pytest.mark.slow),
     pytest.param("ring", "fp16", marks=pytest.mark.slow),
 ])

@@ -21,7 +21,7 @@ from dlcomm.runtime.jobdir import job_directory
 from dlcomm.runtime.processes import ChildTimeout, run_child
 
 __all__ = ["median_step_time", "train_args_for", "verify_trainable", "verify_catalog",
-           "score"]
+           "score", "run_dlcomm"]
 
 
 def median_step_time(steps: Sequence[dict[str, Any]], warmup: int) -> float:
@@ -42,7 +42,8 @@ def train_args_for(candidate: dict[str, Any]) -> list[str]:
     return args
 
 
-def _run(cmd: list[str], what: str, timeout_s: float) -> None:
+def run_dlcomm(cmd: list[str], what: str, timeout_s: float) -> None:
+    """Run one dlcomm command as a child; its last stderr line names a failure."""
     try:
         res = run_child(cmd, timeout_s)
     except ChildTimeout as exc:
@@ -64,7 +65,7 @@ def verify_trainable(job_args: list[str], candidates: list[dict[str, Any]], step
             cmd = [sys.executable, "-m", "dlcomm", "train", *job_args, *train_args_for(cand),
                    "--steps", str(steps), "--eval-every", str(10 * steps), "--json", str(out),
                    "--quiet"]
-            _run(cmd, cand["candidate"], timeout_s)
+            run_dlcomm(cmd, cand["candidate"], timeout_s)
             measured[cand["candidate"]] = median_step_time(
                 json.loads(out.read_text())["steps"], warmup)
     return measured
@@ -82,7 +83,7 @@ def verify_catalog(emulate_args: list[str], candidates: list[dict[str, Any]],
     progress(f"verifying {', '.join(c['candidate'] for c in candidates)} (time-dilated)")
     with job_directory("advise") as tmp:
         out = tmp / "emulate.json"
-        _run([sys.executable, "-m", "dlcomm", "emulate", *emulate_args, "--exchange",
+        run_dlcomm([sys.executable, "-m", "dlcomm", "emulate", *emulate_args, "--exchange",
               ",".join(specs), "--json", str(out)], "the emulation", timeout_s)
         rows = json.loads(out.read_text())["results"]
     return {cand["candidate"]: float(row["iteration_time_s"])

@@ -17,34 +17,22 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dlcomm.errors import DlcommError
+from dlcomm.advise.verify import median_step_time, run_dlcomm
 from dlcomm.results import new_result
 from dlcomm.runtime.jobdir import job_directory
-from dlcomm.runtime.processes import ChildTimeout, run_child
 
 __all__ = ["VARIANTS", "run_backend_bench", "step_time"]
 
 VARIANTS = {"hook": ["--backend", "gloo"], "backend": ["--backend", "dlcomm"]}
 
 
-def step_time(steps: list[dict[str, Any]], warmup: int) -> float:
-    """The median time of a run's steps after the first ``warmup``."""
-    times = [s["step_time_s"] for s in steps[warmup:]] or [s["step_time_s"] for s in steps]
-    if not times:
-        raise DlcommError("a training run recorded no steps")
-    return float(statistics.median(times))
+step_time = median_step_time  # the median of a run's steps after the first ``warmup``
 
 
 def _run(train_args: list[str], variant: str, out: Any, timeout_s: float) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "dlcomm", "train", *train_args, *VARIANTS[variant],
            "--json", str(out), "--quiet"]
-    try:
-        res = run_child(cmd, timeout_s)
-    except ChildTimeout as exc:
-        raise DlcommError(f"training ({variant}) failed: {exc}") from exc
-    if res.returncode != 0:
-        lines = res.stderr.strip().splitlines()
-        raise DlcommError(f"training ({variant}) failed: {lines[-1] if lines else res.returncode}")
+    run_dlcomm(cmd, f"training ({variant})", timeout_s)
     doc: dict[str, Any] = json.loads(out.read_text())
     return doc
 
