@@ -56,6 +56,8 @@ bench: $(STAMP)
 	build/fuzz/dlc_fuzz -t 600 -s 1 -o build/fuzz/found build/fuzz/seeds
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 build/fuzz/dlc_replay build/fuzz/seeds build/fuzz/found
 	$(DL) bench switch --json $(BENCH)/switch-rate.json --plot $(BENCH)/switch-rate.png
+	# the c10d backend against the DDP hook, the same job (emulated: root)
+	$(DL) bench backend --reps 3 --workload digits-cnn --workers 4 --epochs 2 --exchange switch $(NET) --json $(BENCH)/backend.json
 	$(DL) bench auth --json $(BENCH)/auth.json
 	$(DL) bench allreduce --exchange "switch:auth=none,switch,switch:auth=encrypted" --workers 4 --size 100MB --reps 30 --interleave $(EMU1G) --json $(BENCH)/switch-auth.json
 	$(DL) bench allreduce --exchange ring,switch --workers 4 --size 100MB $(EMU1G) --json $(BENCH)/switch-n4-1gbit.json

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from dlcomm.bench.backend import step_time
 from tests.conftest import run_dlcomm
 
@@ -9,6 +11,7 @@ QUICK = ("--workload", "digits-cnn", "--workers", "2", "--steps", "6", "--quiet"
          "--exchange", "switch")
 
 
+@pytest.mark.slow  # two trainings (18 s); `make bench` runs `dlcomm bench backend` too
 def test_backend_run_equals_hook_run(job_tmp):
     docs = {}
     for backend in ("gloo", "dlcomm"):
