@@ -49,7 +49,7 @@ def trainer_step_s(spec: str, batch_size: int | None, threads: int, steps: int =
 
     from dlcomm.advise.verify import median_step_time
     from dlcomm.runtime.jobdir import job_directory
-    from dlcomm.runtime.processes import run_child
+    from dlcomm.runtime.processes import run_or_fail
 
     with job_directory("advise-step") as tmp:
         out = tmp / "one.json"
@@ -58,10 +58,7 @@ def trainer_step_s(spec: str, batch_size: int | None, threads: int, steps: int =
                str(10 * steps), "--quiet", "--json", str(out)]
         if batch_size:
             cmd += ["--batch-size", str(batch_size)]
-        res = run_child(cmd, 600)
-        if res.returncode != 0:
-            lines = res.stderr.strip().splitlines()
-            raise ConfigError(f"profiling {spec} failed: {lines[-1] if lines else res.returncode}")
+        run_or_fail(cmd, f"profiling {spec}", 600)
         return median_step_time(json.loads(out.read_text())["steps"], 5)
 
 

@@ -18,10 +18,10 @@ from typing import Any
 
 from dlcomm.errors import DlcommError
 from dlcomm.runtime.jobdir import job_directory
-from dlcomm.runtime.processes import ChildTimeout, run_child
+from dlcomm.runtime.processes import run_or_fail
 
 __all__ = ["median_step_time", "train_args_for", "verify_trainable", "verify_catalog",
-           "score", "run_dlcomm"]
+           "score"]
 
 
 def median_step_time(steps: Sequence[dict[str, Any]], warmup: int) -> float:
@@ -42,17 +42,6 @@ def train_args_for(candidate: dict[str, Any]) -> list[str]:
     return args
 
 
-def run_dlcomm(cmd: list[str], what: str, timeout_s: float) -> None:
-    """Run one dlcomm command as a child; its last stderr line names a failure."""
-    try:
-        res = run_child(cmd, timeout_s)
-    except ChildTimeout as exc:
-        raise DlcommError(f"verifying {what} failed: {exc}") from exc
-    if res.returncode != 0:
-        lines = res.stderr.strip().splitlines()
-        raise DlcommError(f"verifying {what} failed: {lines[-1] if lines else res.returncode}")
-
-
 def verify_trainable(job_args: list[str], candidates: list[dict[str, Any]], steps: int,
                      warmup: int, progress: Callable[[str], None] = print,
                      timeout_s: float = 1800.0) -> dict[str, float]:
@@ -65,7 +54,7 @@ def verify_trainable(job_args: list[str], candidates: list[dict[str, Any]], step
             cmd = [sys.executable, "-m", "dlcomm", "train", *job_args, *train_args_for(cand),
                    "--steps", str(steps), "--eval-every", str(10 * steps), "--json", str(out),
                    "--quiet"]
-            run_dlcomm(cmd, cand["candidate"], timeout_s)
+            run_or_fail(cmd, f"verifying {cand['candidate']}", timeout_s)
             measured[cand["candidate"]] = median_step_time(
                 json.loads(out.read_text())["steps"], warmup)
     return measured
@@ -83,8 +72,8 @@ def verify_catalog(emulate_args: list[str], candidates: list[dict[str, Any]],
     progress(f"verifying {', '.join(c['candidate'] for c in candidates)} (time-dilated)")
     with job_directory("advise") as tmp:
         out = tmp / "emulate.json"
-        run_dlcomm([sys.executable, "-m", "dlcomm", "emulate", *emulate_args, "--exchange",
-              ",".join(specs), "--json", str(out)], "the emulation", timeout_s)
+        run_or_fail([sys.executable, "-m", "dlcomm", "emulate", *emulate_args, "--exchange",
+                     ",".join(specs), "--json", str(out)], "verifying the emulation", timeout_s)
         rows = json.loads(out.read_text())["results"]
     return {cand["candidate"]: float(row["iteration_time_s"])
             for cand, row in zip(candidates, rows)}

@@ -17,9 +17,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dlcomm.advise.verify import median_step_time, run_dlcomm
+from dlcomm.advise.verify import median_step_time
 from dlcomm.results import new_result
 from dlcomm.runtime.jobdir import job_directory
+from dlcomm.runtime.processes import run_or_fail
 
 __all__ = ["VARIANTS", "run_backend_bench", "step_time"]
 
@@ -32,7 +33,7 @@ step_time = median_step_time  # the median of a run's steps after the first ``wa
 def _run(train_args: list[str], variant: str, out: Any, timeout_s: float) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "dlcomm", "train", *train_args, *VARIANTS[variant],
            "--json", str(out), "--quiet"]
-    run_dlcomm(cmd, f"training ({variant})", timeout_s)
+    run_or_fail(cmd, f"training ({variant})", timeout_s)
     doc: dict[str, Any] = json.loads(out.read_text())
     return doc
 

@@ -13,10 +13,10 @@ import sys
 import time
 from typing import Any
 
-from dlcomm.errors import ConfigError, DlcommError
+from dlcomm.errors import ConfigError
 from dlcomm.results import new_result
 from dlcomm.runtime.jobdir import job_directory
-from dlcomm.runtime.processes import ChildTimeout, run_child
+from dlcomm.runtime.processes import run_or_fail
 
 __all__ = ["time_to_target", "run_train_bench"]
 
@@ -47,14 +47,7 @@ def run_train_bench(exchanges: list[str], train_args: list[str], metric: str, ta
             progress(f"training with {exchange}")
             cmd = [sys.executable, "-m", "dlcomm", "train", *train_args, "--exchange", exchange,
                    "--json", str(out), "--quiet"]
-            try:
-                res = run_child(cmd, run_timeout_s)
-            except ChildTimeout as exc:
-                raise DlcommError(f"training with {exchange} failed: {exc}") from exc
-            if res.returncode != 0:
-                lines = res.stderr.strip().splitlines()
-                raise DlcommError(f"training with {exchange} failed: "
-                                  f"{lines[-1] if lines else res.returncode}")
+            run_or_fail(cmd, f"training with {exchange}", run_timeout_s)
             doc = json.loads(out.read_text())
             s = doc["summary"]
             rows.append({"exchange": exchange,

@@ -26,8 +26,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["spawn", "stop", "run_child", "die_with_parent", "describe_exit", "PARENT_VAR",
-           "GRACE_S", "ChildTimeout"]
+from dlcomm.errors import DlcommError
+
+__all__ = ["spawn", "stop", "run_child", "run_or_fail", "die_with_parent", "describe_exit",
+           "PARENT_VAR", "GRACE_S", "ChildTimeout"]
 
 PARENT_VAR = "DLCOMM_PARENT_PID"
 GRACE_S = 3.0
@@ -122,3 +124,17 @@ def run_child(argv: Sequence[str], timeout_s: float, *, env: Mapping[str, str] |
         stop([proc])
         raise
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def run_or_fail(argv: Sequence[str], what: str, timeout_s: float
+                ) -> subprocess.CompletedProcess[str]:
+    """:func:`run_child`, raising ``DlcommError("WHAT failed: ...")`` with the child's last
+    stderr line (or its exit code) if it fails or runs out of time."""
+    try:
+        res = run_child(argv, timeout_s)
+    except ChildTimeout as exc:
+        raise DlcommError(f"{what} failed: {exc}") from exc
+    if res.returncode != 0:
+        lines = res.stderr.strip().splitlines()
+        raise DlcommError(f"{what} failed: {lines[-1] if lines else res.returncode}")
+    return res
