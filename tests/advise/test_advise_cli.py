@@ -59,3 +59,49 @@ def test_a_catalog_model_is_profiled_from_the_catalog(job_tmp):
     doc = json.loads((job_tmp / "r.json").read_text())
     assert doc["profile"]["source"] == "catalog" and doc["profile"]["accelerator"] == "v100"
     assert doc["profile"]["gradient_bytes"] > 90e6  # ResNet-50: 25.6M parameters
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--measure", "--calibration", "c.json"), "--measure and --calibration both name"),
+    (("--host-speedup", "2", "--verify", "1"), "drop --host-speedup"),
+    (("--calibration", "missing.json"), "--calibration: no such file"),
+    (("--host-speedup", "0"), "--host-speedup must be positive"),
+])
+def test_bad_constants_options_are_one_clear_line(job_tmp, args, message):
+    res = advise(job_tmp, "--workload", "resnet50", "--methods", "fp16", *args)
+    assert res.returncode != 0
+    lines = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
+    assert message in lines[-1], res.stderr
+
+
+def test_a_calibration_file_and_named_hosts(job_tmp):
+    (job_tmp / "c.json").write_text(json.dumps({"ring_rate_bps": 4e9, "source": "here"}))
+    res = advise(job_tmp, "--workload", "resnet50", "--workers", "8", "--bandwidth", "10gbit",
+                 "--methods", "fp16", "--calibration", "c.json", "--host-speedup", "4",
+                 "--json", "r.json")
+    assert res.returncode == 0, res.stderr[-2000:]
+    doc = json.loads((job_tmp / "r.json").read_text())
+    assert doc["config"]["constants"]["ring_rate_bps"] == 4e9
+    assert doc["config"]["constants"]["source"] == "here"
+    assert doc["config"]["cluster"]["cpu_factor"] == 0.25
+    assert doc["config"]["host_speedup"] == 4.0
+
+
+@pytest.mark.slow
+def test_measure_fits_this_machine(job_tmp):
+    res = advise(job_tmp, "--workload", "resnet50", "--workers", "2", "--bandwidth", "1gbit",
+                 "--methods", "fp16", "--measure", "--json", "m.json")
+    assert res.returncode == 0, res.stderr[-2000:]
+    doc = json.loads((job_tmp / "m.json").read_text())
+    k, cal = doc["config"]["constants"], doc["calibration"]
+    assert k["source"] == "measured" and cal["workers_measured"] == 2
+    assert {"ring", "switch", "python dataplane"} <= set(cal["fits"])
+    assert k["ring_rate_bps"] > 1e8 and k["switch_rate_bps"] > 1e8
+    assert 0 < k["ring_alpha_s"] < 0.05
+    if os.geteuid() == 0:   # the emulated star: the capacity that sets K, the links
+        assert k["emulation_capacity_bps"] != 30e9
+    # the file it wrote is a calibration for the next run
+    again = advise(job_tmp, "--workload", "resnet50", "--workers", "2", "--bandwidth",
+                   "1gbit", "--methods", "fp16", "--calibration", "m.json", "--json", "n.json")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads((job_tmp / "n.json").read_text())["config"]["constants"] == k

@@ -1,10 +1,12 @@
 """The advisor's cost model (pure): bucket times, the timeline, limits, ranking."""
 
+from dataclasses import replace
+
 import pytest
 
 from dlcomm.advise.cost import Candidate, Cluster, Constants, bucket_time, predict, timeline
 from dlcomm.advise.profile import JobProfile
-from dlcomm.advise.run import advise_result, machine_factor, rank, straggler_factors, sweep
+from dlcomm.advise.run import advise_result, machine_factor, rank, straggler_delays, sweep
 from dlcomm.advise.verify import median_step_time, score, train_args_for
 from dlcomm.errors import ConfigError
 from dlcomm.workloads.catalog.compute import Bucket
@@ -90,8 +92,13 @@ def test_ranking_sweep_and_result():
 
 
 def test_stragglers_slow_bsp_not_the_decentralized_protocols():
-    assert straggler_factors(4, None) == (1.0, 1.0)
-    assert straggler_factors(4, (1, 4.0)) == (4.0, 1.75)
+    toy, c = job(compute_s=0.3), Cluster(4, 1e9, compute_factor=2.0)
+    assert straggler_delays(toy, c, None) == (0.0, 0.0)
+    # 4x slower: 3 more forward+backward times (3 x forward: 0.1 s x 2 shared) per step
+    bsp, spread = straggler_delays(toy, c, (1, 4.0))
+    assert bsp == pytest.approx(3 * 3 * 0.1 * 2) and spread == pytest.approx(bsp / 4)
+    slow = predict(toy, Candidate("ring"), replace(c, delay_s=bsp), K)
+    assert slow.compute_s == pytest.approx(predict(toy, Candidate("ring"), c, K).compute_s + bsp)
     cands = [Candidate("ring"), Candidate("ring", sync="hop")]
     preds = rank(job(compute_s=0.5), cands, Cluster(4, 1e9), K, (1, 4.0))
     assert preds[0].candidate == "ring --sync hop"

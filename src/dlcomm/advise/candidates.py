@@ -9,14 +9,15 @@ from typing import Any
 import torch
 
 from dlcomm.advise.cost import Candidate
-from dlcomm.compress import make_compressor, run_local
+from dlcomm.compress import make_compressor
 from dlcomm.compress.api import wire_bytes
 
 __all__ = ["EXCHANGES", "METHODS", "measure_method", "candidates"]
 
 EXCHANGES = ("ring", "switch", "sparse-switch", "auto")
 METHODS = ("fp16", "powersgd:rank=4", "topk:ratio=0.01")
-SAMPLE = 2**20  # elements a compressor is measured on
+SAMPLE = 2**20  # elements a compressor is measured on, at least
+MAX_SAMPLE = 8 * 2**20
 
 
 def _summable_wire(compressor: Any, flat: torch.Tensor, shapes: list[torch.Size],
@@ -36,13 +37,16 @@ def _summable_wire(compressor: Any, flat: torch.Tensor, shapes: list[torch.Size]
 
 
 def measure_method(spec: str, workers: int, over: str,
-                   shapes: tuple[tuple[int, ...], ...] = (), repeats: int = 3) -> Candidate:
+                   shapes: tuple[tuple[int, ...], ...] = (), repeats: int = 3,
+                   sample: int = SAMPLE) -> Candidate:
     """Compress the job's gradients (one bucket of ``shapes``, as the DDP hook hands them
-    over, so that PowerSGD works matrix by matrix), or ``SAMPLE`` elements when the shapes
-    are unknown (catalog models), on normal values: the wire ratio (as the inner exchange
-    carries it: the switch widens float16 to 32 bits) and the rate on this CPU."""
+    over, so that PowerSGD works matrix by matrix), or one flat bucket of ``sample``
+    elements when the shapes are unknown (catalog models: the emulation hands over flat
+    buckets), on normal values: the wire ratio (as the inner exchange carries it: the
+    switch widens float16 to 32 bits) and the rate on this CPU (top-k's falls as the bucket
+    grows: it is measured at the job's size)."""
     compressor = make_compressor(spec)
-    sizes = [torch.Size(s) for s in shapes] or [torch.Size((SAMPLE,))]
+    sizes = [torch.Size(s) for s in shapes] or [torch.Size((sample,))]
     elements = sum(s.numel() for s in sizes)
     flat = torch.randn(elements, generator=torch.Generator().manual_seed(0))
     native = over == "ring"
@@ -52,8 +56,11 @@ def measure_method(spec: str, workers: int, over: str,
         if compressor.summable:
             wire, rounds = _summable_wire(compressor, flat.clone(), sizes if shapes else [],
                                           native)
-        else:
-            _, payload = run_local(compressor, flat.clone())
+        else:  # the all-gather path: compress once, decompress and add every peer's payload
+            payload, ctx = compressor.compress(flat.clone(), "bucket")
+            total = torch.zeros_like(flat)
+            for _ in range(workers):
+                total += compressor.decompress(payload, ctx)
             wire = wire_bytes(compressor, payload, workers, native)
         times.append(time.perf_counter() - t0)
     inner = over if compressor.summable else "ring"  # an all-gather goes through gloo
@@ -62,12 +69,15 @@ def measure_method(spec: str, workers: int, over: str,
 
 
 def candidates(workers: int, methods: tuple[str, ...] = METHODS,
-               shapes: tuple[tuple[int, ...], ...] = ()) -> list[Candidate]:
-    """Every exchange, and every method over the exchanges it can use."""
+               shapes: tuple[tuple[int, ...], ...] = (), bucket_elements: int = SAMPLE
+               ) -> list[Candidate]:
+    """Every exchange, and every method over the exchanges it can use; without shapes,
+    measured on a bucket of ``bucket_elements`` (the job's largest; within bounds)."""
     out = [Candidate(e) for e in EXCHANGES]
+    sample = min(MAX_SAMPLE, max(SAMPLE, bucket_elements))
     for spec in methods:
         for over in ("ring", "switch"):
-            cand = measure_method(spec, workers, over, shapes)
+            cand = measure_method(spec, workers, over, shapes, sample=sample)
             if cand.exchange != over or (over == "switch" and cand.ratio >= 1):
                 continue  # all-gathered (listed once, over ring), or nothing saved
             out.append(cand)

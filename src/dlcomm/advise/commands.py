@@ -28,23 +28,38 @@ __all__ = ["advise_cmd"]
               help="Run the top N candidates (and the ring) for real and score the prediction.")
 @click.option("--steps", type=int, default=40, show_default=True,
               help="Steps of each verification run (trainable workloads).")
+@click.option("--host-speedup", type=float, help="The cluster's hosts run the data path "
+              "this many times faster than one core here (default: a catalog model's "
+              "time-dilated emulation; this machine for a job measured here).")
+@click.option("--measure", is_flag=True, help="Measure this machine's data path (loopback) "
+              "and, as root, its emulated links, instead of the constants on file.")
+@click.option("--calibration", "calibration_path", help="Take the cost model's constants "
+              "from this file (the JSON of an earlier advise --measure).")
 @click.option("--json", "json_path", help="Write the JSON result here.")
 @click.option("--plot", "plot_path", help="Write the speedup-against-link-rate plot here.")
 def advise_cmd(workload: str | None, model_target: str | None, workers: int, bandwidth: str,
                accelerator: str | None, batch_size: int | None, straggler: str | None,
                methods: str, only: str | None, verify_top: int, steps: int,
-               json_path: str | None, plot_path: str | None) -> None:
+               host_speedup: float | None, measure: bool,
+               calibration_path: str | None, json_path: str | None,
+               plot_path: str | None) -> None:
     """Predict every candidate exchange for one job, rank them, and (--verify) check."""
     from rich.console import Console
 
+    from dlcomm.advise.cost import load_constants
     from dlcomm.advise.main import run_advise
+    from dlcomm.errors import ConfigError
     from dlcomm.results import check_writable, write_json
 
     check_writable(json_path)
     check_writable(plot_path)
+    if measure and calibration_path:
+        raise ConfigError("--measure and --calibration both name the constants: take one")
+    constants = load_constants(calibration_path) if calibration_path else None
     result = run_advise(workload, model_target, workers, bandwidth, accelerator, batch_size,
                         straggler, methods, verify_top, steps,
-                        progress=lambda m: click.echo(m, err=True), only=only)
+                        progress=lambda m: click.echo(m, err=True), only=only,
+                        constants=constants, measure=measure, host_speedup=host_speedup)
     if json_path:
         write_json(json_path, result)
     if plot_path:

@@ -16,15 +16,21 @@ switch             ``o_sw + max(S / (B e_sw), n S / R_switch, S / R_client)``   
                                                                                 CPU
 sparse-switch      as switch with ``S d (1 + 1/block)`` on the wire, and        links or
                    ``S / R_scan + d S / R_sparse`` of Python rounds per worker  CPU
-auto               the faster of switch and sparse-switch, per bucket
+                   (the switch's Python dataplane: ``R_switch_py``)
+auto               the faster of dense rounds and sparse-switch, per bucket,
+                   both through the Python dataplane (a job that may go sparse)
 compressed         the inner exchange on ``r S`` (summable methods) or an        links or
                    all-gather of ``(n-1) r S``, plus ``S / R_compress`` and a    CPU
                    Python cost per collective round
 =================  ==========================================================  ==========
 
 ``d`` is the gradients' block density, ``r`` the method's measured wire ratio and
-``R_compress`` its measured rate on this CPU. The constants (:class:`Constants`) default to
-what dlcomm measured on its reference machine (docs/advise.md).
+``R_compress`` its measured rate on this CPU. Every cost but the links' is a CPU cost:
+measured per core of this machine, and multiplied by the cluster's ``cpu_factor`` (the
+cores the workers share here, or hosts faster than this core; a time-dilated emulation's
+hosts are K times faster). The constants (:class:`Constants`) default to what dlcomm
+measured on its reference machine, and ``dlcomm advise --measure`` measures them on the
+machine at hand (:mod:`dlcomm.advise.measure`, docs/advise.md).
 """
 
 from __future__ import annotations
@@ -34,29 +40,71 @@ from typing import Any
 
 from dlcomm.advise.profile import DENSITY_BLOCK, JobProfile
 from dlcomm.errors import ConfigError
+from dlcomm.timeline import finish_time
 
 __all__ = ["Constants", "Cluster", "Candidate", "Prediction", "bucket_time", "predict",
-           "timeline"]
+           "timeline", "load_constants"]
 
 
 @dataclass(frozen=True)
 class Constants:
     """Per-exchange constants of the cost model (bits per second unless named _s)."""
 
-    ring_alpha_s: float = 150e-6     # one ring message's fixed cost (gloo, veth)
+    ring_alpha_s: float = 75e-6      # one ring message's fixed cost per core (gloo, veth)
     ring_efficiency: float = 0.90    # achieved / link rate (tbf shaping, TCP)
-    switch_overhead_s: float = 0.6e-3  # one switch all-reduce's fixed cost (round trips)
+    switch_overhead_s: float = 0.3e-3  # one switch all-reduce's fixed cost, per core
     switch_efficiency: float = 0.90  # achieved / link rate (UDP, headers, tags)
     switch_rate_bps: float = 10e9    # switch input per core (native, tags; docs/native.md)
+    python_switch_rate_bps: float = 6e9  # the Python dataplane's (sparse-capable jobs)
     client_rate_bps: float = 8e9     # one worker's native client
     sparse_rate_bps: float = 0.58e9  # one worker's sparse rounds (Python), per non-zero bit
     scan_rate_bps: float = 12e9      # finding the non-zero blocks, per dense bit
     round_s: float = 1.5e-3          # a compressed exchange's Python per collective round
     ring_rate_bps: float = 2e9       # gloo's TCP send + receive per worker core
+    emulation_capacity_bps: float = 30e9  # emulated traffic this machine carries (all links)
     source: str = "defaults"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str) -> Constants:
+        known = {f for f in cls.__dataclass_fields__ if f != "source"}
+        unknown = set(data) - known - {"source"}
+        if unknown:
+            raise ConfigError(f"{source}: unknown constant {sorted(unknown)[0]!r}")
+        values = {}
+        for name in known & set(data):
+            value = data[name]
+            fixed = name.endswith("_s")  # a fixed cost may be 0; a rate or efficiency not
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                    not (value >= 0 if fixed else value > 0) or value == float("inf") or \
+                    (name.endswith("_efficiency") and value > 1):
+                want = "a finite number >= 0" if fixed else "in (0, 1]" \
+                    if name.endswith("_efficiency") else "a finite number > 0"
+                raise ConfigError(f"{source}: {name} must be {want}, got {value!r}")
+            values[name] = float(value)
+        return cls(**values, source=str(data.get("source", source)))
+
+
+def load_constants(path: str) -> Constants:
+    """The constants of a calibration file: an ``advise`` result (its ``constants``) or a
+    bare object of constants."""
+    import json
+    from pathlib import Path
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"--calibration: no such file {path}") from None
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"--calibration: cannot read {path}: {err}") from None
+    if isinstance(data, dict) and isinstance(data.get("config"), dict) and \
+            "constants" in data["config"]:
+        data = data["config"]["constants"]
+    if not isinstance(data, dict):
+        raise ConfigError(f"--calibration: {path} holds no constants")
+    return Constants.from_dict(data, path)
 
 
 @dataclass(frozen=True)
@@ -67,12 +115,16 @@ class Cluster:
     link_bps: float
     topology: str = "star"
     compute_factor: float = 1.0      # compute slowed by sharing cores (verification here)
+    cpu_factor: float = 1.0          # the data path's CPU costs over this machine's per core
+    delay_s: float = 0.0             # waited before backward each step (stragglers)
 
     def __post_init__(self) -> None:
         if self.workers < 2:
             raise ConfigError(f"--workers must be >= 2, got {self.workers}")
         if not self.link_bps > 0:
             raise ConfigError("the link rate must be positive")
+        if not self.cpu_factor > 0:
+            raise ConfigError("the hosts' CPU speed must be positive")
 
 
 @dataclass(frozen=True)
@@ -109,9 +161,9 @@ class Prediction:
         return self.exposed_s / self.iteration_s if self.iteration_s else 0.0
 
 
-def _switch_time(nbytes: float, c: Cluster, k: Constants, sparse_density: float | None
-                 ) -> tuple[float, dict[str, float]]:
-    # CPU terms are slowed as compute is when the workers share this machine's cores
+def _switch_time(nbytes: float, c: Cluster, k: Constants, sparse_density: float | None,
+                 python: bool = False) -> tuple[float, dict[str, float]]:
+    # CPU terms: this machine's rates per core x cpu_factor (cores shared, faster hosts)
     bits = 8 * nbytes
     if sparse_density is None:
         wire = bits
@@ -119,24 +171,25 @@ def _switch_time(nbytes: float, c: Cluster, k: Constants, sparse_density: float 
     else:
         wire = bits * sparse_density * (1 + 1 / DENSITY_BLOCK)
         cpu_worker = bits / k.scan_rate_bps + bits * sparse_density / k.sparse_rate_bps
-    f = c.compute_factor
+    f = c.cpu_factor
+    rate = k.python_switch_rate_bps if python else k.switch_rate_bps
     terms = {"links": wire / (c.link_bps * k.switch_efficiency),
-             "switch CPU": f * c.workers * wire / k.switch_rate_bps, "worker CPU": f * cpu_worker}
-    return k.switch_overhead_s + max(terms.values()), terms
+             "switch CPU": f * c.workers * wire / rate, "worker CPU": f * cpu_worker}
+    return f * k.switch_overhead_s + max(terms.values()), terms
 
 
 def _ring_time(nbytes: float, c: Cluster, k: Constants) -> tuple[float, dict[str, float]]:
     n = c.workers
     bits = 2 * (n - 1) / n * 8 * nbytes
     terms = {"links": bits / (c.link_bps * k.ring_efficiency),
-             "worker CPU": c.compute_factor * bits / k.ring_rate_bps}
-    return 2 * (n - 1) * k.ring_alpha_s + max(terms.values()), terms
+             "worker CPU": c.cpu_factor * bits / k.ring_rate_bps}
+    return 2 * (n - 1) * c.cpu_factor * k.ring_alpha_s + max(terms.values()), terms
 
 
 def _gather_time(nbytes: float, c: Cluster, k: Constants) -> tuple[float, dict[str, float]]:
     n = c.workers
     links = (n - 1) * 8 * nbytes / (c.link_bps * k.ring_efficiency)
-    return (n - 1) * k.ring_alpha_s + links, {"links": links}
+    return (n - 1) * c.cpu_factor * k.ring_alpha_s + links, {"links": links}
 
 
 def bucket_time(nbytes: float, cand: Candidate, profile: JobProfile, c: Cluster,
@@ -144,8 +197,8 @@ def bucket_time(nbytes: float, cand: Candidate, profile: JobProfile, c: Cluster,
     """Seconds to exchange one bucket of ``nbytes``, and the terms that make it."""
     wire = nbytes * cand.ratio
     extra = {}
-    if cand.method is not None:  # (on this CPU: slowed as compute is, by sharing cores)
-        extra["worker CPU"] = c.compute_factor * (8 * nbytes / cand.compress_bps
+    if cand.method is not None:  # a CPU cost: this machine's rate x the cluster's cpu_factor
+        extra["worker CPU"] = c.cpu_factor * (8 * nbytes / cand.compress_bps
                                                   + cand.rounds * k.round_s)
     if cand.method is not None and not cand.summable:
         t, terms = _gather_time(wire, c, k)
@@ -154,10 +207,10 @@ def bucket_time(nbytes: float, cand: Candidate, profile: JobProfile, c: Cluster,
     elif cand.exchange == "switch":
         t, terms = _switch_time(wire, c, k, None)
     elif cand.exchange == "sparse-switch":
-        t, terms = _switch_time(wire, c, k, profile.density)
-    elif cand.exchange == "auto":
-        dense = _switch_time(wire, c, k, None)
-        sparse = _switch_time(wire, c, k, profile.density)
+        t, terms = _switch_time(wire, c, k, profile.density, python=True)
+    elif cand.exchange == "auto":  # a job that may go sparse: the Python dataplane serves it
+        dense = _switch_time(wire, c, k, None, python=True)
+        sparse = _switch_time(wire, c, k, profile.density, python=True)
         t, terms = min(dense, sparse, key=lambda x: x[0])
     else:
         raise ConfigError(f"no cost model for exchange {cand.exchange!r}")
@@ -165,24 +218,22 @@ def bucket_time(nbytes: float, cand: Candidate, profile: JobProfile, c: Cluster,
         n = c.workers
         fixed = k.switch_overhead_s if cand.exchange == "switch" and cand.summable else \
             2 * (n - 1) * k.ring_alpha_s
-        t += (cand.rounds - 1) * fixed
+        t += (cand.rounds - 1) * c.cpu_factor * fixed
     for name, value in extra.items():
         terms = {**terms, name: terms.get(name, 0.0) + value}
     return t + sum(extra.values()), terms
 
 
 def timeline(ready: list[float], durations: list[float]) -> float:
-    """When the last bucket is done: each starts at max(its ready time, the previous end)."""
-    end = 0.0
-    for at, took in zip(ready, durations):
-        end = max(end, at) + took
-    return end
+    """When the last bucket is done: each starts at max(its ready time, the previous end)
+    (the pipeline ``--compress adaptive`` prices its choices with, too)."""
+    return finish_time(ready, durations)
 
 
 def predict(profile: JobProfile, cand: Candidate, c: Cluster, k: Constants) -> Prediction:
     """One iteration of ``profile`` on ``c`` through ``cand``."""
     f = c.compute_factor
-    fwd, bwd = profile.forward_s * f, profile.backward_s * f
+    fwd, bwd = profile.forward_s * f + c.delay_s, profile.backward_s * f
     opt = (profile.optimizer_s + profile.overhead_s) * f  # after the last bucket
     times, totals = [], {"links": 0.0, "switch CPU": 0.0, "worker CPU": 0.0}
     for b in profile.buckets:

@@ -47,9 +47,9 @@ def trainer_step_s(spec: str, batch_size: int | None, threads: int, steps: int =
     import json
     import sys
 
-    from dlcomm.advise.verify import median_step_time
     from dlcomm.runtime.jobdir import job_directory
     from dlcomm.runtime.processes import run_or_fail
+    from dlcomm.train.report import median_step_time
 
     with job_directory("advise-step") as tmp:
         out = tmp / "one.json"
@@ -108,13 +108,42 @@ def _profile(workload: str | None, model_target: str | None, workers: int,
     return profile, kind, profile.accelerator == "cpu"
 
 
+def emulation_dilation(link_bps: float, workers: int, k: Constants) -> float:
+    """The time dilation K that ``dlcomm emulate`` takes for this cluster here."""
+    from dlcomm.emulate.emulation import choose_dilation
+
+    return choose_dilation(link_bps, workers, k.emulation_capacity_bps)
+
+
+def cpu_factor(workers: int, host_speedup: float | None, dilation: float | None,
+               here: bool) -> float:
+    """The data path's CPU costs over this machine's per core, on the cluster predicted:
+    ``1 / host_speedup`` when the hosts are named; a catalog model's cluster is the one its
+    time-dilated emulation builds (``dilation``: cores shared by the workers, every CPU
+    cost / K); a job measured ``here`` runs its workers on these cores; one scaled to an
+    accelerator has a core of this kind per worker."""
+    if host_speedup is not None:
+        if not host_speedup > 0:
+            raise ConfigError(f"--host-speedup must be positive, got {host_speedup}")
+        return 1 / host_speedup
+    share = machine_factor(workers)
+    if dilation:
+        return share / dilation
+    return share if here else 1.0
+
+
 def run_advise(workload: str | None, model_target: str | None, workers: int, bandwidth: str,
                accelerator: str | None, batch_size: int | None, straggler: str | None,
                methods: str, verify_top: int, steps: int,
-               progress: Callable[[str], None] = print, only: str | None = None
-               ) -> dict[str, Any]:
-    """The ``advise`` result for one job (with ``verify`` after ``--verify N``)."""
+               progress: Callable[[str], None] = print, only: str | None = None,
+               constants: Constants | None = None, measure: bool = False,
+               host_speedup: float | None = None) -> dict[str, Any]:
+    """The ``advise`` result for one job (with ``verify`` after ``--verify N``); the cost
+    model's ``constants`` are the reference machine's unless given, or measured here."""
     link_bps = parse_rate(bandwidth)
+    Cluster(workers, link_bps)  # bad numbers fail now, not after minutes of measuring
+    if host_speedup is not None and verify_top:
+        raise ConfigError("--verify runs on this machine's CPU: drop --host-speedup")
     lag = None
     if straggler:
         from dlcomm.train.hetero import parse_straggler
@@ -122,12 +151,33 @@ def run_advise(workload: str | None, model_target: str | None, workers: int, ban
         if parsed.rank is None:
             raise ConfigError("advise takes --straggler RANK:FACTOR")
         lag = (parsed.rank, parsed.factor)
+    catalog = workload is not None and parse_spec(workload).name in MODELS
+    calibration: dict[str, Any] | None = None
+    if measure:
+        from dlcomm.advise.measure import measure_constants
+        progress("measuring this machine (--measure)")
+        constants, calibration = measure_constants(workers, link_bps, progress=progress,
+                                                   dilated=catalog)
+    elif catalog and verify_top and os.geteuid() == 0:
+        # the emulation's K must fit this machine: its capacity, measured as emulate does
+        from dataclasses import replace
+
+        from dlcomm.emulate.check import measure_capacity
+        progress("measuring this machine's capacity for emulated traffic")
+        capacity = measure_capacity(max(1, workers // 2))["capacity_bps"]
+        if capacity > 0:
+            constants = replace(constants or Constants(), emulation_capacity_bps=capacity)
     progress("profiling the job")
     profile, kind, here = _profile(workload, model_target, workers, accelerator, batch_size)
-    # measured on this CPU: predicted as dlcomm verifies it, N workers sharing these cores
-    cluster = Cluster(workers, link_bps, compute_factor=machine_factor(workers) if here else 1)
+    k = constants or Constants()
+    dilation = emulation_dilation(link_bps, workers, k) if kind == "catalog" else None
+    cluster = Cluster(workers, link_bps,
+                      compute_factor=machine_factor(workers) if here else 1,
+                      cpu_factor=cpu_factor(workers, host_speedup, dilation, here))
     progress("measuring the compressors")
-    cands = candidates(workers, tuple(split_specs(methods)), profile.shapes)
+    with _threads(workers):  # compressors run with a worker's threads (trainer, emulator)
+        cands = candidates(workers, tuple(split_specs(methods)), profile.shapes,
+                           max((b.bytes // 4 for b in profile.buckets), default=0))
     if lag is not None:
         cands += [Candidate("ring", sync="hop"), Candidate("ring", sync="prague")]
     if only:
@@ -139,18 +189,24 @@ def run_advise(workload: str | None, model_target: str | None, workers: int, ban
         cands = [c for c in cands if c.label in wanted]
     job = {"workload": workload, "model": model_target, "kind": kind, "workers": workers,
            "bandwidth": bandwidth, "accelerator": profile.accelerator,
-           "batch_size": profile.batch, "straggler": straggler}
-    result = advise_result(profile, cands, cluster, Constants(), job, lag)
+           "batch_size": profile.batch, "straggler": straggler, "host_speedup": host_speedup,
+           "dilation": dilation}
+    result = advise_result(profile, cands, cluster, k, job, lag,
+                           known_error=None if calibration is None
+                           else calibration["fit_error"])
+    if calibration is not None:
+        result["calibration"] = calibration
     if verify_top:
         result["verify"] = _verify(result, kind, workload, workers, bandwidth, accelerator,
-                                   batch_size, straggler, verify_top, steps, progress)
+                                   batch_size, straggler, verify_top, steps, progress,
+                                   dilation)
     return result
 
 
 def _verify(result: dict[str, Any], kind: str, workload: str | None, workers: int,
             bandwidth: str, accelerator: str | None, batch_size: int | None,
             straggler: str | None, top: int, steps: int,
-            progress: Callable[[str], None]) -> dict[str, Any]:
+            progress: Callable[[str], None], dilation: float | None) -> dict[str, Any]:
     if kind == "user":
         raise ConfigError("--verify runs dlcomm's own workloads; a --model is predicted only")
     if kind == "catalog" and straggler:
@@ -165,7 +221,7 @@ def _verify(result: dict[str, Any], kind: str, workload: str | None, workers: in
     chosen = [c for c in result["candidates"] if c["candidate"] in labels]
     if kind == "catalog":
         args = ["--workload", workload, "--workers", str(workers), "--bandwidth", bandwidth,
-                "--accelerator", accelerator or "v100"]
+                "--accelerator", accelerator or "v100", "--dilation", f"{dilation:g}"]
         if batch_size:
             args += ["--batch", str(batch_size)]
         measured = verify_catalog(args, chosen, progress)

@@ -1,9 +1,13 @@
 """``dlcomm advise``: rank the candidates for one job, sweep the link rate, assemble JSON.
 
-Straggler profiles (``--straggler RANK:FACTOR``) add bsp against hop and prague: bsp
-waits for the slowest worker every step (compute x FACTOR), while hop and prague let the
-others run on, which the model takes as compute at the workers' mean speed with a ring's
-communication (a first-order model: it prices a step, not the staleness a step costs).
+Straggler profiles (``--straggler RANK:FACTOR``) add bsp against hop and prague. A worker
+FACTOR times slower takes (FACTOR - 1) x its forward and backward compute (3 x forward,
+the trainer's convention, ``dlcomm.train.hetero``) longer before backward starts; bsp waits
+for it every step, while hop and prague let the others run on, which the model takes as
+that delay spread over the workers (their mean speed) with a ring's communication (a
+first-order model: it prices a step, not the staleness a step costs). The delay is time,
+not CPU: the trainer's straggler sleeps, so it does not slow the workers sharing its
+cores.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from dlcomm.advise.cost import Candidate, Cluster, Constants, Prediction, predic
 from dlcomm.advise.profile import JobProfile
 from dlcomm.results import new_result
 
-__all__ = ["rank", "sweep", "advise_result", "KNOWN_ERROR", "straggler_factors",
+__all__ = ["rank", "sweep", "advise_result", "KNOWN_ERROR", "straggler_delays",
            "machine_factor"]
 
 KNOWN_ERROR = 0.10  # relative error of predicted iteration times (docs/advise.md)
@@ -25,13 +29,14 @@ SWEEP_BPS = [10 ** (7 + i / 4) for i in range(17)]  # 10 Mbit/s .. 100 Gbit/s
 PAYS_FROM = 1.05   # a candidate "pays" at the rates where it is 5% faster than the ring
 
 
-def straggler_factors(workers: int, rank_factor: tuple[int, float] | None
-                      ) -> tuple[float, float]:
-    """(bsp's compute factor, the decentralized protocols')."""
+def straggler_delays(profile: JobProfile, cluster: Cluster,
+                     rank_factor: tuple[int, float] | None) -> tuple[float, float]:
+    """(bsp's extra seconds per step, the decentralized protocols')."""
     if rank_factor is None:
-        return 1.0, 1.0
+        return 0.0, 0.0
     _, x = rank_factor
-    return x, (workers - 1 + x) / workers
+    delay = (x - 1) * 3 * profile.forward_s * cluster.compute_factor
+    return delay, delay / cluster.workers
 
 
 def machine_factor(workers: int, cores: int | None = None) -> float:
@@ -45,11 +50,10 @@ def machine_factor(workers: int, cores: int | None = None) -> float:
 def rank(profile: JobProfile, cands: list[Candidate], cluster: Cluster, k: Constants,
          straggler: tuple[int, float] | None = None) -> list[Prediction]:
     """Predictions for every candidate, fastest first."""
-    bsp_f, async_f = straggler_factors(cluster.workers, straggler)
+    bsp_s, async_s = straggler_delays(profile, cluster, straggler)
     out = []
     for cand in cands:
-        factor = bsp_f if cand.sync == "bsp" else async_f
-        c = replace(cluster, compute_factor=cluster.compute_factor * factor)
+        c = replace(cluster, delay_s=bsp_s if cand.sync == "bsp" else async_s)
         out.append(predict(profile, cand, c, k))
     return sorted(out, key=lambda p: p.iteration_s)
 
@@ -84,8 +88,10 @@ def _confidence(preds: list[Prediction], known_error: float) -> dict[str, Any]:
 
 def advise_result(profile: JobProfile, cands: list[Candidate], cluster: Cluster,
                   k: Constants, job: dict[str, Any],
-                  straggler: tuple[int, float] | None = None) -> dict[str, Any]:
-    """The ``advise`` JSON result (no verification yet)."""
+                  straggler: tuple[int, float] | None = None,
+                  known_error: float | None = None) -> dict[str, Any]:
+    """The ``advise`` JSON result (no verification yet); ``known_error``, a measured
+    calibration's fit error, widens the confidence's known error when it is larger."""
     preds = rank(profile, cands, cluster, k, straggler)
     ring = next(p for p in preds if p.candidate == "ring").iteration_s
     rows = [{"candidate": p.candidate, "iteration_s": p.iteration_s,
@@ -96,7 +102,8 @@ def advise_result(profile: JobProfile, cands: list[Candidate], cluster: Cluster,
                                    "cluster": {"workers": cluster.workers,
                                                "link_bps": cluster.link_bps,
                                                "topology": cluster.topology,
-                                               "compute_factor": cluster.compute_factor}})
+                                               "compute_factor": cluster.compute_factor,
+                                               "cpu_factor": cluster.cpu_factor}})
     result["profile"] = profile.to_dict()
     result["candidates"] = [{"candidate": c.label, "exchange": c.exchange,
                              "method": c.method, "ratio": c.ratio,
@@ -106,5 +113,6 @@ def advise_result(profile: JobProfile, cands: list[Candidate], cluster: Cluster,
     result["sweep"] = sweep(profile, cands, cluster, k, straggler)
     result["summary"] = {"recommendation": rows[0]["candidate"],
                          "predicted_speedup_over_ring": rows[0]["speedup_over_ring"],
-                         "confidence": _confidence(preds, KNOWN_ERROR)}
+                         "confidence": _confidence(
+                             preds, max(KNOWN_ERROR, known_error or 0.0))}
     return result

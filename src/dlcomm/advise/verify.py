@@ -11,25 +11,16 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-from dlcomm.errors import DlcommError
 from dlcomm.runtime.jobdir import job_directory
 from dlcomm.runtime.processes import run_or_fail
+from dlcomm.train.report import median_step_time
 
 __all__ = ["median_step_time", "train_args_for", "verify_trainable", "verify_catalog",
            "score"]
-
-
-def median_step_time(steps: Sequence[dict[str, Any]], warmup: int) -> float:
-    """The median time of a run's steps after the first ``warmup`` (all if fewer)."""
-    times = [s["step_time_s"] for s in steps[warmup:]] or [s["step_time_s"] for s in steps]
-    if not times:
-        raise DlcommError("a training run recorded no steps")
-    return float(statistics.median(times))
 
 
 def train_args_for(candidate: dict[str, Any]) -> list[str]:

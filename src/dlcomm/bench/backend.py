@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dlcomm.advise.verify import median_step_time
 from dlcomm.results import new_result
 from dlcomm.runtime.jobdir import job_directory
 from dlcomm.runtime.processes import run_or_fail
+from dlcomm.train.report import median_step_time
 
 __all__ = ["VARIANTS", "run_backend_bench", "step_time"]
 

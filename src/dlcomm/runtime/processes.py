@@ -27,12 +27,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from dlcomm.errors import DlcommError
+from dlcomm.runtime.signals import interrupts_ignored, interrupts_raised
 
 __all__ = ["spawn", "stop", "run_child", "run_or_fail", "die_with_parent", "describe_exit",
            "PARENT_VAR", "GRACE_S", "ChildTimeout"]
 
 PARENT_VAR = "DLCOMM_PARENT_PID"
 GRACE_S = 3.0
+CHILD_GRACE_S = 3 * GRACE_S + 10  # a dlcomm child's own stop (its ranks), then its cleanup
 _PR_SET_PDEATHSIG = 1
 
 
@@ -114,14 +116,17 @@ def run_child(argv: Sequence[str], timeout_s: float, *, env: Mapping[str, str] |
     interrupted meanwhile."""
     proc = spawn(argv, env=env, capture=True, cwd=cwd)
     try:
-        out, err = proc.communicate(timeout=timeout_s)
+        with interrupts_raised():  # a signal to us stops the child with SIGTERM, so that
+            out, err = proc.communicate(timeout=timeout_s)  # it cleans up (not PDEATHSIG)
     except subprocess.TimeoutExpired:
-        stop([proc])
-        proc.communicate()
+        with interrupts_ignored():
+            stop([proc], CHILD_GRACE_S)
+            proc.communicate()
         raise ChildTimeout(f"`{' '.join(argv[:5])} ...` did not finish within {timeout_s:g} s"
                            ) from None
     except BaseException:
-        stop([proc])
+        with interrupts_ignored():  # a dlcomm child stops its own ranks, then its namespaces
+            stop([proc], CHILD_GRACE_S)
         raise
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 

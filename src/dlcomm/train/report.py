@@ -4,16 +4,27 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dlcomm.errors import DlcommError
 from dlcomm.plots import save_figure
 from dlcomm.results import new_result
 from dlcomm.train.common import WorkerReport
 from dlcomm.train.config import TrainConfig
 from dlcomm.workloads import Workload
 
-__all__ = ["train_result", "print_train_table", "plot_train", "print_comparison"]
+__all__ = ["train_result", "print_train_table", "plot_train", "print_comparison",
+           "median_step_time"]
+
+
+def median_step_time(steps: Sequence[dict[str, Any]], warmup: int) -> float:
+    """The median time of a run's steps after the first ``warmup`` (all if fewer)."""
+    times = [s["step_time_s"] for s in steps[warmup:]] or [s["step_time_s"] for s in steps]
+    if not times:
+        raise DlcommError("a training run recorded no steps")
+    return float(statistics.median(times))
 
 
 def _mean(values: list[float]) -> float:

@@ -6,6 +6,7 @@ import time
 import pytest
 
 from dlcomm.exchange.compressed.adaptive import AdaptivePolicy, greedy_assignment, simulate_exposed
+from dlcomm.exchange.compressed.assign import probe_spacing
 from dlcomm.exchange.compressed.policy import CallRecord
 
 NUMEL = 150_000
@@ -78,13 +79,31 @@ def test_fast_network_stays_uncompressed():
     assert not any(d.get("switched") for d in policy.decisions)
 
 
-def test_slow_network_compresses_and_probes_uncompressed():
+def test_slow_network_compresses_at_once_and_prices_its_probes():
     policy = AdaptivePolicy(4, identity, every=2, probe=10)
-    methods = run_policy(policy, FakeNetwork(bandwidth=12.5e6), 60)
-    assert methods[-1] in ("topk", "powersgd")
-    assert methods[12] == "none" and methods[22] == "none"  # probe iterations
+    methods = run_policy(policy, FakeNetwork(bandwidth=12.5e6), 120)
+    # trials in iteration 2, a decision at 3, compressed from 4 (a decisive gain)
+    assert methods[:4] == ["none"] * 4 and methods[4] == "powersgd"
+    assert "topk" not in methods  # on request only
+    # a probe costs ~70 ms more than a compressed iteration of ~95 ms (the fake network's
+    # 20 ms of compute and its slow links): spaced out so that they cost <= 2%
+    gap = policy.probe_gap
+    assert 10 < gap <= 40
+    probes = [i for i, m in enumerate(methods) if m == "none" and i > 4]
+    assert 1 <= len(probes) <= 3 and probes == sorted(policy.probes)
+    assert all(b - a >= 10 for a, b in zip(probes, probes[1:]))  # never back to back
+    assert probe_spacing(0.0, 0.03, 10) == 10 and probe_spacing(1.0, 0.03, 10) == 40
+    assert probe_spacing(0.0119, 0.03, 10) == 20   # 11.9 ms / (2% of 30 ms)
+    assert probe_spacing(0.01, 0.0, 10) == 40 and probe_spacing(0.01, 0.03, 0) == 1
     steps = policy.stats()["adaptive"]["steps"]
     assert steps[-1]["bandwidth_Bps"] == pytest.approx(12.5e6, rel=0.2)
+
+
+def test_top_k_when_asked_for():
+    policy = AdaptivePolicy(4, identity, every=2, probe=10,
+                            candidates=("none", "fp16", "powersgd", "topk"))
+    methods = run_policy(policy, FakeNetwork(bandwidth=12.5e6), 30)
+    assert methods[-1] == "topk"  # the cheapest step on these links, once it is a candidate
 
 
 def test_a_switch_that_does_not_pay_is_reverted_and_banned():

@@ -1,9 +1,11 @@
 """``adaptive``: choose the compression of every bucket from the measured network and overlap.
 
-Candidates, from lossless to most lossy: ``none``, ``fp16``, ``powersgd`` (rank r) and
-``topk`` (ratio k), all with error feedback (residual memory unless ``--memory`` names
-another). The model (GRACE and its successors, docs/references.md: compression pays only where
-communication is exposed and the network slow):
+Candidates, from lossless to most lossy: ``none``, ``fp16``, ``powersgd`` (rank r) and, when
+asked for (``candidates=...+topk``), ``topk`` (ratio k), all with error feedback (residual
+memory unless ``--memory`` names another). Not top-k by default: the model prices a step,
+and top-k's cheap steps cost more of them (digits-cnn to 95%: twice as many, docs/
+compression.md). The model (GRACE and its successors, docs/references.md: compression
+pays only where communication is exposed and the network slow):
 
 1. measure, per collective, (bytes this worker sent, seconds); the latency alpha is the
    median time of recent tiny collectives (< 4 KiB, including the small all-reduce of
@@ -23,15 +25,18 @@ communication is exposed and the network slow):
    does not pay); then from real calls;
 3. the exchange thread runs buckets in order, so an assignment's *exposed* time (what
    backward waits after its last bucket; the trainer's comm wait) is simulated as
-   t_b = max(s_b, t_(b-1)) + T_b, exposed = t_last - s_last; communication that fits before
+   t_b = max(s_b, t_(b-1)) + T_b, exposed = t_last - s_last (:mod:`.assign`: the
+   pipeline ``dlcomm advise`` prices iterations with); communication that fits before
    the last hand-over is hidden behind compute and gains nothing from compression;
 4. greedy from all-``none``: repeatedly apply the single (bucket, more lossy method) change
    that lowers the exposed time most, while it lowers it by more than 5% and 0.2 ms;
 5. hysteresis: switch to more compression only if the proposal beats the current
    assignment's predicted exposed time by more than ``margin`` (10%) of the iteration time
    (measured between the first hand-overs of consecutive iterations) and ``min_gain_ms``,
-   and was proposed at two decisions in a row (back to less compression: when it is
-   predicted no slower, twice in a row); then verify by measurement: if over the next
+   and was proposed at two decisions in a row, or at once when it is predicted to halve
+   the exposed time (the first decision comes right after the trials: on a slow network
+   every uncompressed iteration is the most expensive kind); back to less compression:
+   when it is predicted no slower, twice in a row; then verify by measurement: if over the next
    ``every`` iterations the median measured exposed time is not below the median before the
    switch by at least margin / 2, revert, and do not try those (bucket, method) pairs for 4
    probe periods (the model can be wrong; the measurement decides); and for as long as anything is
@@ -45,7 +50,9 @@ communication is exposed and the network slow):
    gradients and is collected at the next one, where the decision takes effect (a
    blocking all-reduce per decision was most of this layer's cost on a fast network);
 7. every ``probe`` iterations one iteration runs uncompressed to re-measure the bandwidth
-   (compressed payloads are too small to tell a link's rate).
+   (compressed payloads are too small to tell a link's rate); once compressing, probes are
+   priced by the model (a probe costs the predicted uncompressed minus compressed exposed
+   time) and spaced out, up to 4 probe periods, so that they cost at most 2% of the time.
 
 On a fast network W / B is small next to C, step 4 finds no gain and every bucket stays
 ``none``. The choices, measurements and decisions of every step are in the exchange's stats.
@@ -66,6 +73,13 @@ from dlcomm.compress.fp16 import HalfCompressor
 from dlcomm.compress.none import NoCompression
 from dlcomm.compress.powersgd import PowerSGD
 from dlcomm.compress.topk import TopK
+from dlcomm.exchange.compressed.assign import (
+    LOSSINESS,
+    ema,
+    greedy_assignment,
+    probe_spacing,
+    simulate_exposed,
+)
 from dlcomm.exchange.compressed.policy import STABLE_ITERATION, CallRecord, Policy
 from dlcomm.volume import ring_allreduce_factor
 
@@ -78,46 +92,17 @@ TINY_BYTES = 4 * 1024
 LARGE_BYTES = 64 * 1024
 DEFAULT_ALPHA_S = 2e-4
 MAX_STEPS_LOGGED = 20_000
-LOSSINESS = ("none", "fp16", "powersgd", "topk")
-
-
-def simulate_exposed(offsets: list[float], costs: list[float]) -> float:
-    """Time from the last hand-over until the last bucket is done (buckets run in order)."""
-    t = 0.0
-    for s, c in zip(offsets, costs):
-        t = max(s, t) + c
-    return max(0.0, t - max(offsets, default=0.0))
-
-
-def greedy_assignment(offsets: list[float], cost: list[dict[str, float]],
-                      rel: float = 0.05, abs_s: float = 2e-4) -> list[str]:
-    """Step 4: from all-none, apply the best single change while it clearly helps."""
-    choice = ["none"] * len(offsets)
-    best = simulate_exposed(offsets, [c["none"] for c in cost])
-    while True:
-        options = []
-        for b, c in enumerate(cost):
-            for m in LOSSINESS[LOSSINESS.index(choice[b]) + 1:]:
-                if m in c:
-                    trial = choice[:b] + [m] + choice[b + 1:]
-                    options.append((simulate_exposed(offsets, [cost[i][trial[i]]
-                                                               for i in range(len(cost))]),
-                                    LOSSINESS.index(m), b, m))
-        if not options:
-            return choice
-        exposed, _, b, m = min(options)
-        if exposed >= best - max(rel * best, abs_s):
-            return choice
-        choice[b], best = m, exposed
+DEFAULT_CANDIDATES = ("none", "fp16", "powersgd")  # topk on request (module docstring)
+DECISIVE = 0.5      # a proposal predicted to halve the exposed time is taken at once
 
 
 class AdaptivePolicy(Policy):
-    """Per-bucket choice among none / fp16 / powersgd / topk (module docstring)."""
+    """Per-bucket choice among none / fp16 / powersgd (/ topk) (module docstring)."""
 
     def __init__(self, world: int, agree: Agree,
                  every: int = 5, probe: int = 20, margin: float = 0.1, min_gain_ms: float = 1.0,
                  ratio: float = 0.01, rank: int = 4,
-                 candidates: tuple[str, ...] = LOSSINESS) -> None:
+                 candidates: tuple[str, ...] = DEFAULT_CANDIDATES) -> None:
         self.world, self.agree = world, agree
         self.every, self.probe, self.margin = every, probe, margin
         self.min_gain_s = min_gain_ms / 1e3
@@ -147,6 +132,9 @@ class AdaptivePolicy(Policy):
         self.banned: dict[tuple[str, str], int] = {}        # (bucket, method) -> until
         self.switched_at = 0
         self.gap = every                 # iterations between decisions: doubles while stable
+        self.probe_gap = probe           # iterations between probes: priced (step 7)
+        self.probes: set[int] = set()    # the iterations that were probes
+        self.next_probe = STABLE_ITERATION + probe
         self.last_decided = -1
         self.pending: dict[str, Any] | None = None  # a decision whose all-reduce is running
 
@@ -221,17 +209,25 @@ class AdaptivePolicy(Policy):
     # -- per iteration ------------------------------------------------------------------------
 
     def _probing(self, iteration: int) -> bool:
-        return iteration <= STABLE_ITERATION or (
-            self.probe > 0 and (iteration - STABLE_ITERATION) % self.probe == 0)
+        return iteration <= STABLE_ITERATION or iteration in self.probes
+
+    def _set_probe_gap(self, gap: int) -> None:
+        """A new spacing, counted from the last probe (no probes back to back)."""
+        self.probe_gap = gap
+        self.next_probe = max(self.probes, default=STABLE_ITERATION) + gap
 
     def _next_iteration(self, iteration: int) -> None:
         if self.current:
             self._finish(self.current)
         self.current = []
         self.iteration = iteration
+        if self.probe > 0 and iteration > STABLE_ITERATION and iteration >= self.next_probe:
+            self.probes.add(iteration)
+            self.next_probe = iteration + self.probe_gap
         compressing = any(m != "none" for m in self.assignment.values())
         due = iteration > STABLE_ITERATION and (
-            iteration - max(self.last_decided, STABLE_ITERATION) >= self.gap
+            self.last_decided < 0  # the first: as soon as the trials have run
+            or iteration - max(self.last_decided, STABLE_ITERATION) >= self.gap
             or (compressing and self._probing(iteration - 1)))
         if self.pending is not None:
             self._conclude(iteration, self.pending)
@@ -254,7 +250,7 @@ class AdaptivePolicy(Policy):
         self._estimate_network()
         it = records[0].iteration
         self.exposures.append((it, exposed, self._probing(it)))
-        del self.exposures[:-4 * max(self.probe, self.every, 8)]
+        del self.exposures[:-4 * max(self.probe_gap, self.every, 8)]
         if len(self.steps) < MAX_STEPS_LOGGED:
             self.steps.append({
                 "iteration": records[0].iteration, "probe": self._probing(records[0].iteration),
@@ -267,7 +263,7 @@ class AdaptivePolicy(Policy):
     def _estimate_network(self) -> None:
         if self.latencies:
             self.alpha = statistics.median(self.latencies)
-        oldest = self.iteration - 3 * max(self.probe, self.every)
+        oldest = self.iteration - 3 * max(self.probe_gap, self.every)
         recent = [(b, s) for i, b, s in self.samples if i >= oldest][-5:]
         if recent:
             self.bandwidth = statistics.median(b / max(s - self.alpha, 0.05 * s)
@@ -285,6 +281,7 @@ class AdaptivePolicy(Policy):
                 self.banned[(name, method)] = iteration + 4 * max(self.probe, self.every)
         self.assignment = dict(previous)
         self.proposal = self.trial = None
+        self._set_probe_gap(self.probe)
         self.decisions.append({"iteration": iteration, "reverted": True, "why": why,
                                "measured_exposed_s": measured})
 
@@ -294,8 +291,8 @@ class AdaptivePolicy(Policy):
         if not self.probe or all(m == "none" for m in self.assignment.values()):
             return -1.0, -1.0
         since = self.switched_at
-        probes = [e for i, e, probe in self.exposures if probe and i > STABLE_ITERATION
-                  and i >= since - 3 * self.probe]
+        probes = [e for i, e, probe in self.exposures if probe and i > max(
+            STABLE_ITERATION, since)]  # (probes before the switch saw another network)
         treated = [e for i, e, probe in self.exposures if not probe and i > since]
         if len(probes) < 2 or len(treated) < self.every:
             return -1.0, -1.0
@@ -375,7 +372,8 @@ class AdaptivePolicy(Policy):
             better = not math.isfinite(now_s) or new_s < now_s - max(
                 self.margin * max(iteration_s, now_s), self.min_gain_s)
         chosen = dict(zip(names, proposal))
-        switch = better and self.proposal == chosen and proposal != current
+        decisive = better and not relaxing and new_s < DECISIVE * now_s
+        switch = better and (self.proposal == chosen or decisive) and proposal != current
         if not better and self.trial is None:  # nothing to change: decide less often (each
             # decision is an all-reduce), at least once per probe period
             self.gap = min(2 * stable_gap, max(self.probe, self.every))
@@ -386,13 +384,17 @@ class AdaptivePolicy(Policy):
                 "since": iteration, "previous": dict(self.assignment),
                 "before": self._measured(iteration - 2 * self.every, iteration)}
             self.assignment = chosen
+        held = [cost[b].get(self.assignment.get(n, "none"), math.inf) for b, n in enumerate(names)]
+        held_s, none_s = simulate_exposed(offsets, held), simulate_exposed(
+            offsets, [cost[b]["none"] for b in range(k)])
+        if math.isfinite(held_s):  # priced against the iteration as it will run
+            saved = now_s - held_s if switch and math.isfinite(now_s) else 0.0
+            gap = probe_spacing(none_s - held_s, max(iteration_s - saved, held_s, 1e-6),
+                                self.probe)
+            if gap != self.probe_gap:
+                self._set_probe_gap(gap)
         self.decisions.append({"iteration": iteration, "proposal": chosen,
                                "predicted_exposed_s": {"current": now_s, "proposal": new_s},
                                "bandwidth_Bps": 1 / inv_b, "latency_s": alpha,
                                "iteration_s": iteration_s, "factors": factor,
-                               "switched": switch})
-
-
-def ema(store: dict[str, float], key: str, value: float, weight: float = 0.5) -> None:
-    """Exponential moving average in place (the first value is taken as is)."""
-    store[key] = value if key not in store else (1 - weight) * store[key] + weight * value
+                               "switched": switch, "probe_gap": self.probe_gap})

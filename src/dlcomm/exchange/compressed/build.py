@@ -3,7 +3,8 @@
     exchange = compressed_exchange(make_exchange("ring", ctx), "topk:ratio=0.01", "residual", ctx)
 
 ``adaptive[:every=5,probe=20,margin=0.1,min_gain_ms=1,ratio=0.01,rank=4,
-candidates=none+fp16+powersgd+topk]`` chooses per bucket among the candidates, with residual
+candidates=none+fp16+powersgd]`` chooses per bucket among the candidates (``+topk`` may be
+added), with residual
 memory unless another one is named; every other compressor name is a fixed method.
 """
 
@@ -28,6 +29,7 @@ __all__ = ["compressed_exchange", "compressed_from_options", "check_specs", "Agr
 
 Agree = Callable[[list[float]], Callable[[], list[float]]]
 CANDIDATES: tuple[str, ...] = ("none", "fp16", "powersgd", "topk")
+DEFAULT_CANDIDATES: tuple[str, ...] = ("none", "fp16", "powersgd")
 
 
 def _adaptive(options: dict[str, str], ctx: ExchangeContext, agree: Agree) -> Policy:
@@ -41,7 +43,8 @@ def _adaptive(options: dict[str, str], ctx: ExchangeContext, agree: Agree) -> Po
     ratio = take_option(options, "ratio", float, 0.01, owner, lambda v: 0 < v <= 1,
                         "0 < ratio <= 1")
     rank = take_option(options, "rank", int, 4, owner, lambda v: v >= 1, "rank >= 1")
-    names = take_option(options, "candidates", lambda t: tuple(t.split("+")), CANDIDATES, owner,
+    names = take_option(options, "candidates", lambda t: tuple(t.split("+")),
+                        DEFAULT_CANDIDATES, owner,
                         lambda v: set(v) <= set(CANDIDATES),
                         "a +-separated subset of none+fp16+powersgd+topk")
     if options:
