@@ -12,7 +12,7 @@ RATES = {2: "1gbit", 4: "1gbit", 8: "500mbit"}
 
 
 @requires_root
-@pytest.mark.parametrize("workers", [2, 4, 8])
+@pytest.mark.parametrize("workers", [2, 4, pytest.param(8, marks=pytest.mark.slow)])
 def test_ring_allreduce_within_15_percent_of_bound(job_tmp, workers):
     res = run_dlcomm("bench", "allreduce", "--exchange", "ring", "--workers", str(workers),
                      "--size", "10MB", "--reps", "4", "--network", "emulated", "--bandwidth",

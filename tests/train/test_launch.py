@@ -25,6 +25,7 @@ def load(path):
     return doc
 
 
+@pytest.mark.slow  # the switch-against-ring test below trains the same job to 95% by default
 def test_digits_four_workers_reaches_95_percent(job_tmp):
     """The issue's headline check: 4 workers, ring, 5 epochs, >= 95% and exact byte counts."""
     res = run_dlcomm("train", "--workload", "digits-cnn", "--workers", "4", "--exchange", "ring",
@@ -66,8 +67,9 @@ def test_torchrun_runs_the_same_worker(job_tmp):
 
 @pytest.mark.parametrize("fault,cause", [
     ("2:5:kill", "worker rank 2 failed: killed by signal SIGKILL"),
-    ("1:5:raise", "worker rank 1 failed: RuntimeError: injected fault at step 5"),
-    ("3:5:exit", "worker rank 3 failed: exited with code 3"),
+    pytest.param("1:5:raise", "worker rank 1 failed: RuntimeError: injected fault at step 5",
+                 marks=pytest.mark.slow),  # the same launcher path as kill, another cause
+    pytest.param("3:5:exit", "worker rank 3 failed: exited with code 3", marks=pytest.mark.slow),
 ])
 def test_dead_worker_fails_the_job_naming_rank_and_cause(job_tmp, fault, cause):
     start = time.monotonic()
@@ -79,6 +81,7 @@ def test_dead_worker_fails_the_job_naming_rank_and_cause(job_tmp, fault, cause):
     assert not (job_tmp / "r.json").exists()
 
 
+@pytest.mark.slow  # a hung worker named within the deadline: tests/exchange/switch/test_sockets.py
 def test_hung_worker_is_caught_by_the_collective_deadline(job_tmp):
     res = run_dlcomm("train", *QUICK, "--workers", "2", "--fault", "1:3:hang",
                      "--timeout-s", "5", tmp=job_tmp, timeout=90)
@@ -199,6 +202,7 @@ def test_digits_through_the_switch_matches_ring(job_tmp):
     assert s["gradient_bytes"] <= s["bytes_sent_per_worker_per_step"] < 1.01 * s["gradient_bytes"]
 
 
+@pytest.mark.slow  # sparse sums against dense ones by default: tests/bench/test_allreduce.py
 def test_stdlib_lm_sparse_switch_matches_ring_perplexity(job_tmp):
     """Sparse streaming aggregation trains the language model as well as the ring (2%)."""
     lm = "stdlib-lm:vocab=10000,tokens=400K,test_tokens=8K,dim=32,layers=1"

@@ -21,8 +21,9 @@ def load(path):
 
 @pytest.mark.parametrize("sync,max_gap", [
     ("hop:graph=exp,max_gap=2,backup=1,skip=1", 2),
-    ("prague:generator=static,group_size=2", None),
-    ("adpsgd", None),
+    pytest.param("prague:generator=static,group_size=2", None,  # test_prague.py by default
+                 marks=pytest.mark.slow),
+    pytest.param("adpsgd", None, marks=pytest.mark.slow),  # test_adpsgd.py by default
 ])
 def test_protocol_trains_and_reports(job_tmp, sync, max_gap):
     res = run_dlcomm(*QUICK, "--sync", sync, "--steps", "24", "--eval-every", "8",
