@@ -159,14 +159,9 @@ def run_advise(workload: str | None, model_target: str | None, workers: int, ban
         constants, calibration = measure_constants(workers, link_bps, progress=progress,
                                                    dilated=catalog)
     elif catalog and verify_top and os.geteuid() == 0:
+        from dlcomm.advise.measure import with_capacity
         # the emulation's K must fit this machine: its capacity, measured as emulate does
-        from dataclasses import replace
-
-        from dlcomm.emulate.check import measure_capacity
-        progress("measuring this machine's capacity for emulated traffic")
-        capacity = measure_capacity(max(1, workers // 2))["capacity_bps"]
-        if capacity > 0:
-            constants = replace(constants or Constants(), emulation_capacity_bps=capacity)
+        constants = with_capacity(constants or Constants(), workers, progress)
     progress("profiling the job")
     profile, kind, here = _profile(workload, model_target, workers, accelerator, batch_size)
     k = constants or Constants()

@@ -40,7 +40,8 @@ from dlcomm.advise.profile import DENSITY_BLOCK
 from dlcomm.advise.run import machine_factor
 from dlcomm.errors import ConfigError
 
-__all__ = ["fit_line", "constants_from", "measure_constants", "SIZES", "SPARSE_DENSITIES",
+__all__ = ["fit_line", "constants_from", "measure_constants", "with_capacity", "SIZES",
+           "SPARSE_DENSITIES",
            "SPARSE_SIZE"]
 
 SIZES = (16 * 1024, 2 * 2**20, 8 * 2**20)
@@ -177,6 +178,16 @@ def _network(workers: int, link_bps: float, base: Constants, reps: int,
     return out, notes
 
 
+def with_capacity(k: Constants, workers: int, progress: Callable[[str], None]) -> Constants:
+    """``k`` with this machine's capacity for emulated traffic, measured as ``dlcomm
+    emulate`` measures it before choosing K (root only; kept if nothing was measured)."""
+    from dlcomm.emulate.check import measure_capacity
+
+    progress("measuring this machine's capacity for emulated traffic")
+    capacity = measure_capacity(max(1, workers // 2))["capacity_bps"]
+    return replace(k, emulation_capacity_bps=capacity) if capacity > 0 else k
+
+
 def measure_constants(workers: int, link_bps: float, reps: int = 5,
                       progress: Callable[[str], None] = print, dilated: bool = False
                       ) -> tuple[Constants, dict[str, Any]]:
@@ -203,13 +214,9 @@ def measure_constants(workers: int, link_bps: float, reps: int = 5,
     if os.geteuid() == 0:
         rate = link_bps
         if dilated:
-            from dlcomm.emulate.check import measure_capacity
             from dlcomm.emulate.emulation import choose_dilation
 
-            progress("measuring this machine's capacity for emulated traffic")
-            capacity = measure_capacity(max(1, workers // 2))["capacity_bps"]
-            if capacity > 0:
-                base = replace(base, emulation_capacity_bps=capacity)
+            base = with_capacity(base, workers, progress)
             rate = link_bps / choose_dilation(link_bps, workers, base.emulation_capacity_bps)
         first, _ = constants_from(loopback, sparse, n, share, base)
         links, notes = _network(n, rate, first, reps, progress)
