@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dlcomm.plan.prices import Prices, network_cost
+from dlcomm.plan.simulate.hxpaper import reproduce_hammingmesh_paper
 from dlcomm.plan.simulate.iteration import SimConfig, build_topology_for, simulate
 from dlcomm.results import new_result
 
@@ -124,4 +125,5 @@ def reproduce_hammingmesh(say: Say = None, accelerators: int = 1024,
     return result
 
 
-REPRODUCTIONS = {"switchml": reproduce_switchml, "hammingmesh": reproduce_hammingmesh}
+REPRODUCTIONS = {"switchml": reproduce_switchml, "hammingmesh": reproduce_hammingmesh,
+                 "hammingmesh-paper": reproduce_hammingmesh_paper}
