@@ -24,7 +24,7 @@ from dlcomm.registry import Registry
 from dlcomm.results import read_table_file
 
 __all__ = ["Accelerator", "ACCELERATORS", "get_accelerator", "load_accelerators",
-           "DEFAULT_EFFICIENCY"]
+           "DEFAULT_EFFICIENCY", "NodeSpec", "NODES"]
 
 DEFAULT_EFFICIENCY = 0.4
 
@@ -38,6 +38,11 @@ class Accelerator:
     scaleout_gbps: float     # network bandwidth per chip (NIC), Gbit/s, one way
     efficiency: float = DEFAULT_EFFICIENCY  # achievable fraction of peak in training
     source: str = ""
+    # for the kernel-level compute model (dlcomm.workloads.kernels); 0 = unknown
+    memory_Bps: float = 0.0   # device-memory (HBM) bandwidth, bytes/s
+    sms: int = 0              # streaming multiprocessors (GEMM tiles run one wave per SM)
+    gemm_ceiling: float = 0.0  # best measured fraction of peak of a large GEMM
+    memory_ceiling: float = 0.0  # achieved fraction of memory bandwidth of streaming kernels
 
     def time_for(self, flops: float, efficiency: float | None = None) -> float:
         """Seconds to execute ``flops`` at ``efficiency`` x peak."""
@@ -52,11 +57,17 @@ _BUILTIN = [
                        "NVLink 300 GB/s total (150 GB/s each way); 100 Gb/s NIC per GPU "
                        "as in DGX-1 class clusters"),
     Accelerator("a100", 312e12, 80 * 2**30, 600 * 8 / 2, 200,
-                source="NVIDIA A100 datasheet: 312 TFLOPS bf16 dense, 80 GB HBM2e, NVLink 600 "
-                       "GB/s total; 200 Gb/s HDR NIC per GPU (DGX A100)"),
+                source="NVIDIA A100 80GB SXM datasheet: 312 TFLOPS bf16 dense, 80 GB HBM2e at "
+                       "2,039 GB/s, 108 SMs, NVLink 600 GB/s total; 200 Gb/s HDR NIC per GPU "
+                       "(DGX A100). Largest-GEMM ceiling 271 TFLOPS (86.9%) measured "
+                       "(ml-engineering MAMF table); streaming ceiling: docs/simulation.md",
+                memory_Bps=2039e9, sms=108, gemm_ceiling=230 / 312, memory_ceiling=0.88),
     Accelerator("h100", 989e12, 80 * 2**30, 900 * 8 / 2, 400,
-                source="NVIDIA H100 SXM datasheet: 989 TFLOPS bf16 dense, 80 GB HBM3, NVLink "
-                       "900 GB/s total; 400 Gb/s NDR NIC per GPU (DGX H100)"),
+                source="NVIDIA H100 SXM datasheet: 989 TFLOPS bf16 dense, 80 GB HBM3 at "
+                       "3,350 GB/s, 132 SMs, NVLink 900 GB/s total; 400 Gb/s NDR NIC per GPU "
+                       "(DGX H100). Largest-GEMM ceiling 794 TFLOPS (80.3%) measured "
+                       "(ml-engineering MAMF table); streaming ceiling: docs/simulation.md",
+                memory_Bps=3350e9, sms=132, gemm_ceiling=0.803, memory_ceiling=0.90),
     Accelerator("tpu-v2", 45e12, 16 * 2**30, 496, 100,
                 source="Google Cloud TPU v2 chip: 45 TFLOPS bf16, 16 GiB HBM; ICI per chip "
                        "(unverified: 4 links x 62 Gb/s x 2 directions ~ 496 Gb/s)"),
@@ -98,3 +109,39 @@ def load_accelerators(path: str | Path) -> dict[str, Accelerator]:
             raise ConfigError(f"accelerator file {p}: entry {name!r} needs peak_flops > 0 "
                               "and 0 < efficiency <= 1")
     return out
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """A server of accelerators: a scale-up domain (NVLink/NVSwitch) and NICs to the fabric.
+
+    Rates are line rates per accelerator, one direction; ``*_efficiency`` is the share of
+    the line rate that collectives achieve on that link (protocol overheads), as the
+    vendor's engineers state it (docs/simulation.md, "Nodes and links").
+    """
+
+    name: str
+    accelerator: str
+    gpus: int                   # accelerators per node
+    scaleup_gbps: float         # NVLink per accelerator, one direction (Gb/s)
+    scaleup_efficiency: float
+    nic_gbps: float             # one NIC per accelerator, one direction (Gb/s)
+    nic_efficiency: float
+    switches: int               # NVSwitch chips per node
+    source: str = ""
+
+
+NODES: Registry[NodeSpec] = Registry("node")
+_NODES = [
+    NodeSpec("dgx-a100", "a100", 8, 12 * 25 * 8, 0.8, 200, 0.96, 6,
+             source="DGX A100: 8 A100 80GB, 12 NVLink3 links x 25 GB/s per direction per GPU "
+                    "through 6 NVSwitches, ~20 GB/s effective per link (S. Jeaugey, NVIDIA, "
+                    "nccl-tests#149); 8 HDR 200 Gb/s HCAs for compute, 24 GB/s per NIC "
+                    "achievable (nccl-tests#119)"),
+    NodeSpec("dgx-h100", "h100", 8, 450 * 8, 370 / 450, 400, 47 / 50, 4,
+             source="DGX H100: 8 H100 SXM, NVLink4 450 GB/s per direction per GPU, ~20% "
+                    "protocol overhead: ~370 GB/s effective (nccl-tests#212); 8 ConnectX-7 "
+                    "NDR 400 Gb/s, 46-48 GB/s per NIC (nccl-tests#290)"),
+]
+for _node in _NODES:
+    NODES.register(_node.name, _node.source.split(":")[0])(lambda node=_node: node)

@@ -7,9 +7,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dlcomm.errors import ConfigError
 from dlcomm.plan.simulate.collective import Call
 from dlcomm.plan.simulate.fluid import Sharing
-from dlcomm.plan.simulate.schedule import Segment, StagePlan, simulate_schedule, stage_order
+from dlcomm.plan.simulate.schedule import (
+    Segment,
+    StagePlan,
+    interleaved_order,
+    simulate_schedule,
+    stage_order,
+)
 
 from .conftest import RATE_BPS, dp_collectives, star
 
@@ -89,3 +96,26 @@ def test_thousands_of_empty_segments_do_not_nest_the_stack() -> None:
     plan = StagePlan([Segment(0.0)] * 5000, [Segment(0.0)] * 5000 + [Segment(1.0)], None, None)
     assert simulate_schedule([plan], 2, Sharing([], np.zeros(0))).iteration_s == \
         pytest.approx(2.0)
+
+
+@given(st.integers(2, 6), st.integers(1, 4), st.integers(2, 3), st.floats(0.1, 3.0),
+       st.floats(0.1, 3.0))
+@settings(max_examples=40, deadline=None)
+def test_interleaved_bubble_is_a_vth(p: int, rounds: int, v: int, tf: float, tb: float) -> None:
+    """v chunks of 1/v of the work each: the bubble shrinks to (p - 1)/v micro-batch slots
+    (Narayanan et al., SC'21, Sec. 2.2.2)."""
+    m = rounds * p
+    plans = _pipeline(p * v, tf / v, tb / v)
+    timeline = simulate_schedule(plans, m, Sharing([], np.zeros(0)), "interleaved", chunks=v)
+    assert timeline.iteration_s == pytest.approx((m + (p - 1) / v) * (tf + tb), rel=1e-9)
+    for d in range(p):
+        ops = interleaved_order(p, d, m, v)
+        assert sorted(ops) == sorted((k, j, c) for k in "FB" for j in range(m)
+                                     for c in range(v))
+
+
+def test_interleaved_needs_whole_rounds_and_chunks_need_it() -> None:
+    with pytest.raises(ConfigError, match="multiple of the pipeline stages"):
+        interleaved_order(4, 0, 6, 2)
+    with pytest.raises(ConfigError, match="interleaved schedule"):
+        simulate_schedule(_pipeline(4, 1, 1), 4, Sharing([], np.zeros(0)), "1f1b", chunks=2)

@@ -25,6 +25,12 @@ tests check):
 - ``hierarchical:h``: ring reduce-scatter inside blocks of h consecutive members, ring
   all-reduce of n/h across blocks among members of the same position, ring all-gather
   inside blocks (``hierarchical_allreduce``).
+- ``rails:h`` (NCCL's rings on nodes of h GPUs, one NIC each): h rings over all members,
+  each on 1/h of the data, entering and leaving every block of h consecutive members
+  through a different member; so per member (h-1)/h of the ring traffic stays inside its
+  block and 1/h crosses to the same position of the next block: one phase, 2(g-1) steps,
+  bus bandwidth min(B_in h/(h-1), h B_out) on nodes with B_in inside and B_out per NIC
+  (one block: a plain ring);
 - ``ina``: in-network aggregation (SwitchML): each member streams n to the switch, which
   returns the sum: one up and one down flow per member (weights: the fraction of the
   message each carries, < 1 for sparse streams).
@@ -143,7 +149,21 @@ def _hierarchical_phases(g: int, h: int) -> list[Phase]:
     return [intra, inter, intra]
 
 
-ALLREDUCE = ("ring", "tree", "halving-doubling", "doubling", "torus", "hierarchical")
+def _rails_phases(g: int, h: int) -> list[Phase]:
+    if h < 2 or g % h:
+        raise ConfigError(f"rails:{h} needs blocks of {h} that divide the group of {g}")
+    if g == h:
+        return _ring_phases(g)
+    members = np.arange(g).reshape(g // h, h)
+    intra = _ring("", members, (g - 1) / g, 2 * (g - 1))
+    inter = _ring("", members.T, (g - 1) / g, 2 * (g - 1))
+    weight = np.concatenate([np.full(len(intra.src), (h - 1) / h),
+                             np.full(len(inter.src), 1 / h)])
+    return [_phase(f"rails:h={h}", np.concatenate([intra.src, inter.src]),
+                   np.concatenate([intra.dst, inter.dst]), (g - 1) / g, 2 * (g - 1), weight)]
+
+
+ALLREDUCE = ("ring", "tree", "halving-doubling", "doubling", "torus", "hierarchical", "rails")
 
 
 def allreduce_phases(name: str, g: int, layout: np.ndarray | None = None) -> list[Phase]:
@@ -168,6 +188,12 @@ def allreduce_phases(name: str, g: int, layout: np.ndarray | None = None) -> lis
         except ValueError:
             raise ConfigError(f"bad hierarchical block size {arg!r}") from None
         return _hierarchical_phases(g, h)
+    if base == "rails":
+        try:
+            h = int(arg) if arg else (hierarchy_sizes(g) or [0])[-1]
+        except ValueError:
+            raise ConfigError(f"bad rails block size {arg!r}") from None
+        return _rails_phases(g, h)
     raise ConfigError(f"unknown all-reduce algorithm {name!r} (known: {', '.join(ALLREDUCE)})")
 
 

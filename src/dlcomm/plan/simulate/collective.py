@@ -210,6 +210,7 @@ def host_candidates(g: int, grid: bool = False) -> list[str]:
     if grid or grid_shape(g)[0] >= 2:
         names.append("torus")
     names += [f"hierarchical:{h}" for h in hierarchy_sizes(g)]
+    names += [f"rails:{h}" for h in hierarchy_sizes(g)]
     return names
 
 
@@ -233,9 +234,9 @@ class Collectives:
         if self.algorithm != "best":
             base = self.algorithm.split(":")[0]
             if base not in ("ring", "tree", "halving-doubling", "doubling", "torus",
-                            "hierarchical"):
+                            "hierarchical", "rails"):
                 raise ConfigError(f"unknown --algorithm {self.algorithm!r} (best, ring, tree, "
-                                  "halving-doubling, doubling, torus, hierarchical[:H])")
+                                  "halving-doubling, doubling, torus, hierarchical[:H], rails[:H])")
 
     # -- groups --------------------------------------------------------------------------
     def groups(self, dim: str, stage: int) -> np.ndarray:
@@ -314,9 +315,10 @@ class Collectives:
                     self._steps((dim, stage), groups, phases, nbytes))
 
     def p2p(self, stage: int, forward: bool, nbytes: float) -> Call:
-        """Every rank of stage ``stage`` sends to its peer in stage+1 (forward), or back."""
+        """Every rank of stage ``stage`` sends to its peer in stage+1 (forward), or back;
+        the last stage's next is the first (the interleaved schedule's next model chunk)."""
         idx = np.arange(self.par.world).reshape(self.par.dp, self.par.pp, self.par.tp)
-        a, b = idx[:, stage].ravel(), idx[:, stage + 1].ravel()
+        a, b = idx[:, stage].ravel(), idx[:, (stage + 1) % self.par.pp].ravel()
         src, dst = (a, b) if forward else (b, a)
         key = ("pp", stage, "fwd" if forward else "bwd")
         pattern = self.net.flows(key, src, dst)

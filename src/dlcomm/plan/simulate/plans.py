@@ -37,17 +37,24 @@ class StagePlanner:
     sharded_embeddings: bool
     cap_bytes: int
     calls: list[Call] = field(default_factory=list)
+    # layer index ranges [start, end) per virtual stage (default: ``traffic.stages``, one per
+    # pipeline stage); virtual stage v runs on pipeline stage v % pp (interleaved chunks)
+    parts: list[tuple[int, int]] | None = None
+    recompute: bool = False   # backward re-runs the forward's blocking calls (``bwd`` holds
+    # the forward's compute already: activation recomputation)
 
     def plans(self) -> list[StagePlan]:
-        """One plan per pipeline stage, in stage order."""
-        parts = stages(self.model, self.par.pp)
-        bounds = np.cumsum([0] + [len(p) for p in parts])
-        out = []
-        for s in range(self.par.pp):
-            out.append(self._stage(s, int(bounds[s]), int(bounds[s + 1])))
-        return out
+        """One plan per virtual stage, in order (one per pipeline stage unless ``parts``)."""
+        parts = self.parts
+        if parts is None:
+            bounds = np.cumsum([0] + [len(p) for p in stages(self.model, self.par.pp)])
+            parts = [(int(a), int(b)) for a, b in zip(bounds, bounds[1:])]
+        last = len(parts) - 1
+        return [self._stage(v % self.par.pp, a, b, v < last, v > 0)
+                for v, (a, b) in enumerate(parts)]
 
-    def _stage(self, s: int, start: int, end: int) -> StagePlan:
+    def _stage(self, s: int, start: int, end: int, has_next: bool | None = None,
+               has_prev: bool | None = None) -> StagePlan:
         """The plan of stage ``s``, layers ``start`` to ``end - 1`` (steps 2 to 6)."""
         par, layers, mb = self.par, self.model.layers, self.par.batch / self.par.micro_batches
         nb = par.bytes
@@ -68,6 +75,9 @@ class StagePlanner:
                 last = a if b is None else b
                 at = last if last < end else end - 1
                 add(post_f, at, self.coll.allreduce("tp", s, layers[last].out_elems * mb * nb))
+                if self.recompute:
+                    add(pre_b, at, self.coll.allreduce("tp", s,
+                                                       layers[last].out_elems * mb * nb))
                 add(post_b, a, self.coll.allreduce("tp", s, layers[a].in_elems * mb * nb))
             for i in range(start, end):
                 if layers[i].kind == "embedding" and not self.sharded_embeddings:
@@ -117,16 +127,21 @@ class StagePlanner:
 
         forward = _segments(range(start, end), self.fwd, pre_f, post_f, {})
         backward = _segments(order, self.bwd, pre_b, post_b, marks)
-        out_bytes = layers[end - 1].out_elems * mb * nb / par.tp
-        send_f = self.coll.p2p(s, True, out_bytes) if s + 1 < par.pp else None
-        send_b = None
-        if s > 0:
-            back = layers[start - 1].out_elems * mb * nb / par.tp
-            send_b = self.coll.p2p(s - 1, False, back)
-        for c in (send_f, send_b):
-            if c is not None:
-                self.calls.append(c)
+        send_f, send_b = self._sends(s, start, end, s + 1 < par.pp if has_next is None
+                                     else has_next, s > 0 if has_prev is None else has_prev)
         return StagePlan(forward, backward, send_f, send_b, grads)
+
+    def _sends(self, s: int, start: int, end: int, has_next: bool,
+               has_prev: bool) -> tuple[Call | None, Call | None]:
+        """Step 6: the stage's activations on to the next, its input gradient back."""
+        par, layers = self.par, self.model.layers
+        scale = self.par.batch / par.micro_batches * par.bytes / par.tp
+        send_f = self.coll.p2p(s, True, layers[end - 1].out_elems * scale) if has_next \
+            else None
+        send_b = self.coll.p2p((s - 1) % par.pp, False, layers[start - 1].out_elems * scale) \
+            if has_prev else None
+        self.calls.extend(c for c in (send_f, send_b) if c is not None)
+        return send_f, send_b
 
 
 def _segments(order: Any, times: list[float], pre: dict[int, list[Call]],

@@ -161,6 +161,10 @@ def print_reproduction(result: dict[str, Any], json_path: str | None) -> None:
     from rich.table import Table
 
     which = result["config"]["reproduction"]
+    if which in ("megatron", "nccl"):
+        from dlcomm.plan.simulate.reproduce_report import print_measured
+        print_measured(result, json_path)
+        return
     if which == "switchml":
         table = Table("model", "workers", "link", "ring", "switch", "speedup",
                       title="SwitchML-style speedup of in-network aggregation over a ring",

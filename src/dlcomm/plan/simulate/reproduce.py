@@ -22,8 +22,10 @@ from collections.abc import Callable
 from typing import Any
 
 from dlcomm.plan.prices import Prices, network_cost
+from dlcomm.plan.simulate.busbw import reproduce_nccl
 from dlcomm.plan.simulate.hxpaper import reproduce_hammingmesh_paper
 from dlcomm.plan.simulate.iteration import SimConfig, build_topology_for, simulate
+from dlcomm.plan.simulate.megatron import reproduce_megatron
 from dlcomm.results import new_result
 
 __all__ = ["REPRODUCTIONS", "reproduce_switchml", "reproduce_hammingmesh",
@@ -126,4 +128,5 @@ def reproduce_hammingmesh(say: Say = None, accelerators: int = 1024,
 
 
 REPRODUCTIONS = {"switchml": reproduce_switchml, "hammingmesh": reproduce_hammingmesh,
+                 "megatron": reproduce_megatron, "nccl": reproduce_nccl,
                  "hammingmesh-paper": reproduce_hammingmesh_paper}

@@ -28,6 +28,17 @@ thousands of ranks. Steps:
 
 With uniform stages and no communication this gives (m + p - 1)(t_f + t_b), the bubble
 (p-1)/(m+p-1) of GPipe and 1F1B (tested).
+
+Interleaved 1F1B (Narayanan et al., SC'21, Sec. 2.2.2): each of the p devices holds v model
+chunks, virtual stage c p + d on device d (the plans are given per virtual stage, v p of
+them). Device d runs, as Megatron-LM does, ``(p - d - 1) 2 + (v - 1) p`` warm-up forwards
+(at most m v), then alternates one forward and one backward, then drains the backwards;
+its k-th forward is micro-batch ``(k // (p v)) p + k % p`` of chunk ``(k // p) % v``, its
+k-th backward the same micro-batch of chunk ``v - 1 - (k // p) % v`` (m must be a multiple
+of p). A virtual stage waits for its input from virtual stage c p + d - 1 (the last device
+hands chunk c's output to device 0's chunk c + 1), and its buckets are queued during its
+own last backward. Without communication the bubble is (p - 1) / v of a micro-batch's
+(t_f + t_b) at full-model size (tested).
 """
 
 from __future__ import annotations
@@ -42,12 +53,10 @@ from typing import Any
 from dlcomm.errors import ConfigError
 from dlcomm.plan.simulate.collective import Call
 from dlcomm.plan.simulate.fluid import Sharing
+from dlcomm.plan.simulate.orders import SCHEDULES, interleaved_order, stage_order
 
 __all__ = ["Segment", "StagePlan", "StageTimes", "Timeline", "SCHEDULES", "stage_order",
-           "simulate_schedule", "compute_only"]
-
-SCHEDULES = ("1f1b", "gpipe")
-
+           "interleaved_order", "simulate_schedule", "compute_only"]
 
 @dataclass(frozen=True)
 class Segment:
@@ -103,20 +112,6 @@ def _union(intervals: list[tuple[float, float]]) -> float:
             total += b - max(a, end)
             end = b
     return total
-
-
-def stage_order(schedule: str, pp: int, stage: int, micro: int) -> list[tuple[str, int]]:
-    """Operations ("F"/"B", micro-batch) of ``stage`` in the order it runs them."""
-    if schedule == "gpipe":
-        return [("F", j) for j in range(micro)] + [("B", j) for j in range(micro)]
-    if schedule != "1f1b":
-        raise ConfigError(f"unknown schedule {schedule!r} (known: {', '.join(SCHEDULES)})")
-    warm = min(pp - stage - 1, micro)
-    ops = [("F", j) for j in range(warm)]
-    for i in range(micro - warm):
-        ops += [("F", warm + i), ("B", i)]
-    ops += [("B", j) for j in range(micro - warm, micro)]
-    return ops
 
 
 class _Engine:
@@ -255,47 +250,63 @@ class _Calls:
 
 
 class _Pipeline:
-    """The stage processes (module docstring, steps 1 to 4 and 6): each runs its operations
-    in schedule order once their inputs have arrived, sends activations and gradients on,
-    and queues its gradient buckets during its last backward."""
+    """The stage processes (module docstring, steps 1 to 4 and 6): each device runs its
+    operations in schedule order once their inputs have arrived, sends activations and
+    gradients on, and queues a virtual stage's gradient buckets during that stage's last
+    backward. ``stages`` are the plans per virtual stage, ``chunks`` per device."""
 
     def __init__(self, stages: list[StagePlan], micro: int, schedule: str, eng: _Engine,
-                 times: list[StageTimes]) -> None:
+                 times: list[StageTimes], chunks: int = 1) -> None:
+        if chunks < 1 or len(stages) % chunks:
+            raise ConfigError(f"{len(stages)} virtual stages do not split into {chunks} "
+                              "model chunks per device")
+        if chunks > 1 and schedule != "interleaved":
+            raise ConfigError("model chunks need the interleaved schedule")
         self.stages = stages
-        self.pp = len(stages)
+        self.virtual = len(stages)
+        self.pp = self.virtual // chunks
         self.eng = eng
         self.times = times
         self.calls = _Calls(eng, times)
-        self.orders = [stage_order(schedule, self.pp, s, micro) for s in range(self.pp)]
-        self.arrived: list[set[tuple[str, int]]] = [set() for _ in range(self.pp)]
+        if schedule == "interleaved":
+            self.orders = [interleaved_order(self.pp, d, micro, chunks) for d in range(self.pp)]
+        else:
+            self.orders = [[(kind, j, 0) for kind, j in stage_order(schedule, self.pp, d, micro)]
+                           for d in range(self.pp)]
+        self.last_backward: dict[int, int] = {}   # virtual stage -> position of its last B
+        for d, order in enumerate(self.orders):
+            for pos, (kind, _, c) in enumerate(order):
+                if kind == "B":
+                    self.last_backward[c * self.pp + d] = pos
+        self.arrived: list[set[tuple[str, int]]] = [set() for _ in range(self.virtual)]
         self.position = [0] * self.pp
         self.busy = [False] * self.pp
 
     def start(self) -> None:
-        """Let every stage start what it can."""
-        for s in range(self.pp):
-            self.try_start(s)
+        """Let every device start what it can."""
+        for d in range(self.pp):
+            self.try_start(d)
 
-    def try_start(self, s: int) -> None:
-        """Start stage ``s``'s next operation if it is idle and the operation's input is in."""
-        if self.busy[s] or self.position[s] >= len(self.orders[s]):
+    def try_start(self, d: int) -> None:
+        """Start device ``d``'s next operation if it is idle and the operation's input is in."""
+        if self.busy[d] or self.position[d] >= len(self.orders[d]):
             return
-        kind, j = self.orders[s][self.position[s]]
-        if kind == "F" and s > 0 and ("act", j) not in self.arrived[s]:
+        kind, j, c = self.orders[d][self.position[d]]
+        v = c * self.pp + d
+        if kind == "F" and v > 0 and ("act", j) not in self.arrived[v]:
             return
-        if kind == "B" and s < self.pp - 1 and ("grad", j) not in self.arrived[s]:
+        if kind == "B" and v < self.virtual - 1 and ("grad", j) not in self.arrived[v]:
             return
-        self.busy[s] = True
-        last = self.position[s] == len(self.orders[s]) - 1
-        plan = self.stages[s]
+        self.busy[d] = True
+        final = kind == "B" and self.last_backward[v] == self.position[d]
+        plan = self.stages[v]
         segments = plan.forward if kind == "F" else plan.backward
-        self._run_segments(s, segments, 0, last and kind == "B",
-                           lambda: self._op_done(s, kind, j))
+        self._run_segments(d, v, segments, 0, final, lambda: self._op_done(d, v, kind, j))
 
-    def _run_segments(self, s: int, segments: list[Segment], i: int, final: bool,
+    def _run_segments(self, s: int, v: int, segments: list[Segment], i: int, final: bool,
                       done: Callable[[], None]) -> None:
-        """Run ``segments[i:]`` of stage ``s`` (in the ``final`` backward, queue the buckets
-        each segment readies), then call ``done``."""
+        """Run ``segments[i:]`` of virtual stage ``v`` on device ``s`` (in the stage's
+        ``final`` backward, queue the buckets each segment readies), then call ``done``."""
         if i == len(segments):
             done()
             return
@@ -305,7 +316,7 @@ class _Pipeline:
         def after_compute() -> None:
             if final:
                 for b in seg.buckets:
-                    call = self.stages[s].buckets[b]
+                    call = self.stages[v].buckets[b]
                     self.calls.enqueue(("grad", s, call.dim), call, s,
                                        lambda: self._bucket_done(s))
             if seg.call is not None:
@@ -315,12 +326,12 @@ class _Pipeline:
                     dim = seg.call.dim if seg.call else ""
                     bc = times[s].blocking_comm_s
                     bc[dim] = bc.get(dim, 0.0) + eng.now - t0
-                    self._run_segments(s, segments, i + 1, final, done)
+                    self._run_segments(s, v, segments, i + 1, final, done)
                 self.calls.run(seg.call, s, blocked)
             elif seg.compute_s > 0:
-                self._run_segments(s, segments, i + 1, final, done)
+                self._run_segments(s, v, segments, i + 1, final, done)
             else:   # a timer of zero: runs of empty segments must not nest the stack
-                eng.at(eng.now, lambda: self._run_segments(s, segments, i + 1, final, done))
+                eng.at(eng.now, lambda: self._run_segments(s, v, segments, i + 1, final, done))
         if seg.compute_s > 0:
             times[s].compute_s += seg.compute_s
             eng.at(eng.now + seg.compute_s, after_compute)
@@ -328,36 +339,37 @@ class _Pipeline:
             after_compute()
 
     def _bucket_done(self, stage: int) -> None:
-        """A gradient bucket of ``stage`` has been all-reduced."""
+        """A gradient bucket of device ``stage`` has been all-reduced."""
         st = self.times[stage]
         st.gradient_end_s = max(st.gradient_end_s, self.eng.now)
 
-    def _op_done(self, s: int, kind: str, j: int) -> None:
-        """Operation (``kind``, ``j``) of stage ``s`` ended: send its output on, go on."""
-        self.busy[s] = False
-        self.position[s] += 1
-        plan = self.stages[s]
-        if kind == "F" and s + 1 < self.pp:
+    def _op_done(self, d: int, v: int, kind: str, j: int) -> None:
+        """Operation (``kind``, ``j``) of virtual stage ``v`` on device ``d`` ended: send its
+        output on, go on."""
+        self.busy[d] = False
+        self.position[d] += 1
+        plan = self.stages[v]
+        if kind == "F" and v + 1 < self.virtual:
             call = plan.send_forward
             assert call is not None
-            self.calls.enqueue(("p2p", s, "F"), call, s,
-                               lambda: self._deliver(s + 1, ("act", j)))
+            self.calls.enqueue(("p2p", d, "F"), call, d,
+                               lambda: self._deliver(v + 1, ("act", j)))
         if kind == "B":
-            self.times[s].last_backward_end_s = self.eng.now
-            if s > 0:
+            self.times[d].last_backward_end_s = self.eng.now
+            if v > 0:
                 call = plan.send_backward
                 assert call is not None
-                self.calls.enqueue(("p2p", s, "B"), call, s,
-                                   lambda: self._deliver(s - 1, ("grad", j)))
-        self.try_start(s)
+                self.calls.enqueue(("p2p", d, "B"), call, d,
+                                   lambda: self._deliver(v - 1, ("grad", j)))
+        self.try_start(d)
 
-    def _deliver(self, s: int, what: tuple[str, int]) -> None:
-        """An input (activations or gradient of a micro-batch) reached stage ``s``."""
-        self.arrived[s].add(what)
-        self.try_start(s)
+    def _deliver(self, v: int, what: tuple[str, int]) -> None:
+        """An input (activations or gradient of a micro-batch) reached virtual stage ``v``."""
+        self.arrived[v].add(what)
+        self.try_start(v % self.pp)
 
     def finish(self) -> None:
-        """Check that every stage ran all its operations; set when each stage ended."""
+        """Check that every device ran all its operations; set when each device ended."""
         for s, st in enumerate(self.times):
             if self.position[s] != len(self.orders[s]):
                 raise RuntimeError(f"stage {s} stopped after {self.position[s]} of "
@@ -366,11 +378,12 @@ class _Pipeline:
 
 
 def simulate_schedule(stages: list[StagePlan], micro: int, sharing: Sharing,
-                      schedule: str = "1f1b") -> Timeline:
-    """Run one iteration (module docstring) and return when everything ended."""
+                      schedule: str = "1f1b", chunks: int = 1) -> Timeline:
+    """Run one iteration (module docstring) and return when everything ended; ``stages``
+    are the plans per virtual stage, ``chunks`` of them per device (interleaved)."""
     eng = _Engine(sharing)
-    times = [StageTimes(s) for s in range(len(stages))]
-    pipeline = _Pipeline(stages, micro, schedule, eng, times)
+    times = [StageTimes(s) for s in range(len(stages) // max(chunks, 1))]
+    pipeline = _Pipeline(stages, micro, schedule, eng, times, chunks)
     pipeline.start()
     eng.run()
     pipeline.finish()

@@ -7,7 +7,8 @@
 
 Specs: ``fattree:n=1024,taper=0.5[,ina=1]``, ``torus2d:x=32,y=32``,
 ``torus3d:x=8,y=8,z=16``, ``dragonfly:g=8[,a=32,p=16,h=16]``, ``hyperx2d:x=32,y=32``,
-``hxmesh:a=2,b=2,x=16,y=16``. Every spec also takes ``rate`` (Gb/s, or e.g. 400gbit),
+``hxmesh:a=2,b=2,x=16,y=16``, ``nodes:n=1024,node=dgx-a100`` (servers). Every spec
+also takes ``rate`` (Gb/s, or e.g. 400gbit),
 ``ports`` (per accelerator) and ``radix`` (switch ports), overriding the defaults.
 """
 
@@ -21,12 +22,13 @@ from dlcomm.plan.topology.base import AllreduceChoice, Counts, LinkParams, Switc
 from dlcomm.plan.topology.dragonfly import Dragonfly, make_dragonfly
 from dlcomm.plan.topology.fattree import FatTree, make_fattree
 from dlcomm.plan.topology.hxmesh import HxMesh, make_hxmesh, make_hyperx
+from dlcomm.plan.topology.nodes import Nodes, make_nodes
 from dlcomm.plan.topology.torus import Torus, make_torus, near_cube
 from dlcomm.registry import Registry, Spec
 
 __all__ = ["TOPOLOGIES", "build_topology", "sized_spec", "COMPARE_SET", "Topology",
            "LinkParams", "Counts", "SwitchGroup", "AllreduceChoice", "FatTree", "Torus",
-           "HxMesh", "Dragonfly"]
+           "HxMesh", "Dragonfly", "Nodes"]
 
 Factory = Callable[[dict, LinkParams], Topology]
 TOPOLOGIES: Registry[Topology] = Registry("topology")
@@ -37,13 +39,16 @@ TOPOLOGIES.register("torus3d", "3D torus of x*y*z accelerators (6 ports each)")(
 TOPOLOGIES.register("dragonfly")(make_dragonfly)
 TOPOLOGIES.register("hyperx2d")(make_hyperx)
 TOPOLOGIES.register("hxmesh")(make_hxmesh)
+TOPOLOGIES.register("nodes", "servers (node=dgx-a100|dgx-h100): NVSwitch inside, a non-blocking "
+                             "fat tree between")(make_nodes)
 
 # The HammingMesh paper's comparison (docs/references.md), sized by ``sized_spec``.
 COMPARE_SET = ("fattree", "fattree:taper=0.5", "fattree:taper=0.75", "dragonfly",
                "torus2d", "torus3d", "hyperx2d", "hxmesh:a=2", "hxmesh:a=4")
 
 _SIZE_KEYS = {"fattree": ("n",), "torus2d": ("x", "y"), "torus3d": ("x", "y", "z"),
-              "dragonfly": ("g",), "hyperx2d": ("x", "y"), "hxmesh": ("x", "y")}
+              "dragonfly": ("g",), "hyperx2d": ("x", "y"), "hxmesh": ("x", "y"),
+              "nodes": ("n",)}
 
 
 def build_topology(spec: str | Spec, params: LinkParams | None = None) -> Topology:
@@ -69,7 +74,7 @@ def sized_spec(spec: str, n: int, params: LinkParams | None = None) -> str:
     kind = parsed.name
     if all(k in opts for k in _SIZE_KEYS[kind]):
         return str(parsed)
-    if kind == "fattree":
+    if kind in ("fattree", "nodes"):
         opts["n"] = str(n)
     elif kind in ("torus2d", "hyperx2d"):
         opts.update(zip("xy", map(str, near_cube(n, 2))))
