@@ -8,6 +8,8 @@
     dlcomm simulate calibrate --workers 4 --bandwidth 1gbit --json c.json     (dlcomm.bench)
     dlcomm simulate packet --workers 4 --size 4MB --bandwidth 1gbit --json p.json
     dlcomm simulate reproduce switchml|hammingmesh --json r.json
+    dlcomm simulate --workload bert-base -n 8 --parallelism 2x2x2 --chakra traces/
+    dlcomm simulate chakra traces/ [--topology SPEC] --json c.json   (Chakra traces, ASTRA-sim's)
 """
 
 from __future__ import annotations
@@ -123,6 +125,9 @@ def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--seed", type=int, default=0, show_default=True),
         click.option("--json", "json_path", help="Write the JSON result (kind simulate) here."),
         click.option("--plot", help="Write a PNG here."),
+        click.option("--chakra", "chakra_dir", help="Write the simulated iteration as Chakra "
+                     "traces (ASTRA-sim's input) into this new folder; several runs: one "
+                     "subfolder each."),
         click.option("--quiet", is_flag=True, help="No progress lines and no table."),
     ], func)
 
@@ -147,7 +152,8 @@ def run_simulate(workload: str | None, accelerators: int, topology: str, paralle
                  alpha_us: float, hop_latency_us: float, bucket_mb: float, link_rate: str,
                  ports: int, radix: int, replicate_embeddings: bool,
                  calibration_file: str | None, sweep: str | None, seed: int,
-                 json_path: str | None, plot: str | None, quiet: bool) -> None:
+                 json_path: str | None, plot: str | None, chakra_dir: str | None,
+                 quiet: bool) -> None:
     """Check the options of ``dlcomm simulate``, run its simulations (one per topology,
     exchange and size), then write, plot and print the result."""
     from dlcomm.errors import ConfigError
@@ -175,7 +181,13 @@ def run_simulate(workload: str | None, accelerators: int, topology: str, paralle
         SimConfig(workload, exchange=spec)
     check_writable(json_path, "--json")
     check_writable(plot, "--plot")
+    if chakra_dir:
+        from dlcomm.plan.simulate.chakra import check_folder
+        check_folder(chakra_dir)
     result = run_simulations(base, topologies, exchanges, sizes, _say(quiet))
+    if chakra_dir:
+        from dlcomm.plan.simulate.chakra_export import export_runs
+        export_runs(base, result, chakra_dir, _say(quiet))
     if json_path:
         write_json(json_path, result)
     if plot:
@@ -230,3 +242,62 @@ def reproduce_cmd(which: str, json_path: str | None, quiet: bool) -> None:
         write_json(json_path, result)
     if not quiet:
         print_reproduction(result, json_path)
+
+
+@simulate.command("chakra")
+@click.argument("traces")
+@click.option("--topology", help="Planner topology spec (default: the one dlcomm simulated "
+              "the traces on, when they say).")
+@click.option("--accelerators", "-n", type=int, default=0,
+              help="Size the topology to about N (default: the ranks).")
+@click.option("--comm-groups", type=click.Path(dir_okay=False),
+              help="ASTRA-sim communicator groups JSON (default: comm_group.json beside).")
+@click.option("--algorithm", help="All-reduce: trace (default: the trace's algorithm where it "
+              "applies, else best), best, ring, tree, halving-doubling, doubling, torus, "
+              "hierarchical[:H].")
+@click.option("--alpha-us", type=float, help="Latency per message (us; default 1).")
+@click.option("--hop-latency-us", type=float, help="Latency per link (us; default 0.5).")
+@click.option("--link-rate", help="Link rate (default 400gbit).")
+@click.option("--ports", type=int)
+@click.option("--radix", type=int)
+@click.option("--json", "json_path", help="Write the JSON result (kind simulate-chakra).")
+@click.option("--quiet", is_flag=True)
+def chakra_cmd(traces: str, topology: str | None, accelerators: int, comm_groups: str | None,
+               algorithm: str | None, alpha_us: float | None, hop_latency_us: float | None,
+               link_rate: str | None, ports: int | None, radix: int | None,
+               json_path: str | None, quiet: bool) -> None:
+    """Run Chakra execution traces (<prefix>.<rank>.et, dlcomm's or ASTRA-sim's) on a
+    planned topology."""
+    from dataclasses import asdict
+
+    from dlcomm.plan.simulate.chakra import read_trace_set
+    from dlcomm.plan.simulate.chakra_exec import exec_config, run_traces
+    from dlcomm.registry import parse_rate
+    from dlcomm.results import check_writable, new_result, write_json
+
+    check_writable(json_path, "--json")
+    trace_set = read_trace_set(traces, comm_groups)
+    cfg = exec_config(trace_set, topology=topology, accelerators=accelerators or None,
+                      algorithm=algorithm, alpha_us=alpha_us, hop_latency_us=hop_latency_us,
+                      link_rate_gbps=parse_rate(link_rate) / 1e9 if link_rate else None,
+                      ports=ports, radix=radix)
+    out = run_traces(trace_set, cfg)
+    s = out["summary"]
+    if json_path:
+        result = new_result("simulate-chakra", {"traces": traces, "comm_groups": comm_groups,
+                                                **asdict(cfg)})
+        result.update(summary=s, ranks=out["ranks"], metadata=trace_set.metadata)
+        write_json(json_path, result)
+    if quiet:
+        return
+    types = ", ".join(f"{k.removesuffix('_NODE')} {v}" for k, v in s["node_types"].items())
+    click.echo(f"Chakra traces {traces}: {s['ranks']} ranks, {s['nodes']} nodes ({types}) "
+               f"on {s['topology']}")
+    click.echo(f"  iteration {s['iteration_s'] * 1e3:.3f} ms, compute only "
+               f"{s['compute_only_s'] * 1e3:.3f} ms, communication exposed "
+               f"{s['exposed_comm_s'] * 1e3:.3f} ms (run in {s['simulate_s']:.2f} s)")
+    if "recorded_iteration_s" in s:
+        click.echo(f"  dlcomm's simulation of this iteration: "
+                   f"{s['recorded_iteration_s'] * 1e3:.3f} ms ({s['recorded_error']:+.3%})")
+    if json_path:
+        click.echo(f"  wrote {json_path}")
