@@ -149,7 +149,7 @@ def test_graph_matches_counts(spec):
 
 def test_registry_and_specs():
     assert set(TOPOLOGIES) == {"fattree", "torus2d", "torus3d", "dragonfly", "hyperx2d",
-                               "hxmesh"}
+                               "hxmesh", "nodes"}
     with pytest.raises(RegistryError):
         build_topology("butterfly:n=4")
     with pytest.raises(ConfigError, match="no option"):

@@ -112,7 +112,7 @@ def test_ina_phase_has_one_stream_each_way() -> None:
 
 def test_candidates_and_bad_names() -> None:
     assert host_candidates(8) == ["ring", "tree", "halving-doubling", "doubling", "torus",
-                                  "hierarchical:2", "hierarchical:4"]
+                                  "hierarchical:2", "hierarchical:4", "rails:2", "rails:4"]
     assert "halving-doubling" not in host_candidates(6)
     assert "torus" not in host_candidates(7)
     with pytest.raises(ConfigError, match="power-of-two"):
@@ -121,6 +121,17 @@ def test_candidates_and_bad_names() -> None:
         allreduce_phases("butterfly", 8)
     with pytest.raises(ConfigError, match="hierarchical:3"):
         allreduce_phases("hierarchical:3", 8)
+    with pytest.raises(ConfigError, match="rails:3"):
+        allreduce_phases("rails:3", 8)
+
+
+def test_rails_keep_all_but_one_hop_of_h_inside_a_block() -> None:
+    (phase,) = allreduce_phases("rails:4", 8)
+    inside = (phase.src // 4) == (phase.dst // 4)
+    assert phase.weight[inside] == pytest.approx(np.full(inside.sum(), 3 / 4))
+    assert phase.weight[~inside] == pytest.approx(np.full((~inside).sum(), 1 / 4))
+    assert ((phase.src % 4) == (phase.dst % 4))[~inside].all()      # same position: a rail
+    assert [p.key for p in allreduce_phases("rails:8", 8)] == ["ring"]   # one block
 
 
 @pytest.mark.parametrize("spec", ["torus2d:x=4,y=4", "hxmesh:a=2,b=2,x=2,y=2",
