@@ -7,7 +7,7 @@
     dlcomm simulate validate --json v.json          (root: emulated networks; dlcomm.bench)
     dlcomm simulate calibrate --workers 4 --bandwidth 1gbit --json c.json     (dlcomm.bench)
     dlcomm simulate packet --workers 4 --size 4MB --bandwidth 1gbit --json p.json
-    dlcomm simulate reproduce switchml|hammingmesh --json r.json
+    dlcomm simulate reproduce switchml|hammingmesh|hammingmesh-paper|megatron|nccl --json r.json
     dlcomm simulate --workload bert-base -n 8 --parallelism 2x2x2 --chakra traces/
     dlcomm simulate chakra traces/ [--topology SPEC] --json c.json   (Chakra traces, ASTRA-sim's)
 """
@@ -227,19 +227,28 @@ def packet_cmd(workers: int, size: str, bandwidth: str, latency_us: float, k: in
 
 
 @simulate.command("reproduce")
-@click.argument("which", type=click.Choice(["switchml", "hammingmesh"]))
+@click.argument("which", type=click.Choice(["switchml", "hammingmesh", "hammingmesh-paper",
+                                            "megatron", "nccl"]))
 @click.option("--json", "json_path", help="Write the JSON result (kind simulate-reproduce).")
+@click.option("--plot", help="Write a PNG here (megatron, nccl: simulated against published).")
 @click.option("--quiet", is_flag=True)
-def reproduce_cmd(which: str, json_path: str | None, quiet: bool) -> None:
-    """Reproduce a published comparison (docs/simulation.md)."""
+def reproduce_cmd(which: str, json_path: str | None, plot: str | None, quiet: bool) -> None:
+    """Reproduce a published comparison (docs/simulation.md, docs/topology.md)."""
+    from dlcomm.errors import ConfigError
     from dlcomm.plan.simulate.report import print_reproduction
     from dlcomm.plan.simulate.reproduce import REPRODUCTIONS
+    from dlcomm.plan.simulate.reproduce_report import PLOTTED, plot_reproduction
     from dlcomm.results import check_writable, write_json
 
+    if plot and which not in PLOTTED:
+        raise ConfigError(f"--plot is drawn for {', '.join(PLOTTED)}, not {which}")
     check_writable(json_path, "--json")
+    check_writable(plot, "--plot")
     result = REPRODUCTIONS[which](_say(quiet))
     if json_path:
         write_json(json_path, result)
+    if plot:
+        plot_reproduction(result, plot)
     if not quiet:
         print_reproduction(result, json_path)
 
