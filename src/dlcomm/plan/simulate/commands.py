@@ -230,7 +230,8 @@ def packet_cmd(workers: int, size: str, bandwidth: str, latency_us: float, k: in
 @click.argument("which", type=click.Choice(["switchml", "hammingmesh", "hammingmesh-paper",
                                             "megatron", "nccl"]))
 @click.option("--json", "json_path", help="Write the JSON result (kind simulate-reproduce).")
-@click.option("--plot", help="Write a PNG here (megatron, nccl: simulated against published).")
+@click.option("--plot", help="Write a PNG here (megatron, nccl, hammingmesh-paper: dlcomm "
+              "against published).")
 @click.option("--quiet", is_flag=True)
 def reproduce_cmd(which: str, json_path: str | None, plot: str | None, quiet: bool) -> None:
     """Reproduce a published comparison (docs/simulation.md, docs/topology.md)."""

@@ -161,7 +161,7 @@ def print_reproduction(result: dict[str, Any], json_path: str | None) -> None:
     from rich.table import Table
 
     which = result["config"]["reproduction"]
-    if which in ("megatron", "nccl"):
+    if which in ("megatron", "nccl", "hammingmesh-paper"):
         from dlcomm.plan.simulate.reproduce_report import print_measured
         print_measured(result, json_path)
         return

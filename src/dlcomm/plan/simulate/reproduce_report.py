@@ -6,7 +6,7 @@ from typing import Any
 
 __all__ = ["print_measured", "plot_reproduction", "PLOTTED"]
 
-PLOTTED = ("megatron", "nccl")
+PLOTTED = ("megatron", "nccl", "hammingmesh-paper")
 
 
 def print_measured(result: dict[str, Any], json_path: str | None) -> None:
@@ -15,6 +15,23 @@ def print_measured(result: dict[str, Any], json_path: str | None) -> None:
     from rich.table import Table
 
     which = result["config"]["reproduction"]
+    if which == "hammingmesh-paper":
+        table = Table("over", "workload", *[c for c in ("Hx4Mesh", "paper", "error",
+                                                        "Hx2Mesh", "paper ", "error ")],
+                      title="HammingMesh Fig. 16: relative cost saving (network cost x "
+                      "communication overhead)", title_justify="left")
+        cells = {(c["hxmesh"], c["baseline"], c["workload"]): c for c in result["cells"]}
+        for (hx, base, w), c in cells.items():
+            if hx != "hx4":
+                continue
+            c2 = cells[("hx2", base, w)]
+            table.add_row(base, w, f"{c['saving']:.2f}x", f"{c['paper']:.2f}x",
+                          f"{c['error']:+.0%}", f"{c2['saving']:.2f}x", f"{c2['paper']:.2f}x",
+                          f"{c2['error']:+.0%}")
+        table.caption = result["summary"]["published"] + (f"; JSON: {json_path}"
+                                                          if json_path else "")
+        Console().print(table)
+        return
     if which == "megatron":
         table = Table("params", "t x p x d", "v", "GPUs", "batch", "iteration", "bubble",
                       "exposed comm", "TF/s predicted", "published", "error",
@@ -50,7 +67,13 @@ def plot_reproduction(result: dict[str, Any], path: str) -> None:
     plt = pyplot()
     which = result["config"]["reproduction"]
     rows = result["rows"]
-    if which == "megatron":
+    if which == "hammingmesh-paper":
+        rows = [c for c in result["cells"] if c["hxmesh"] == "hx4"]
+        labels = [f"{c['baseline']}\n{c['workload']}" for c in rows]
+        pred = [c["saving"] for c in rows]
+        pub = [c["paper"] for c in rows]
+        unit, title = "Hx4Mesh's relative cost saving (x)", "HammingMesh Fig. 16: dlcomm vs paper"
+    elif which == "megatron":
         labels = [f"{r['row']['params_b']:g}B\n{r['row']['gpus']}" for r in rows]
         pred = [r["predicted_tflops"] for r in rows]
         pub = [r["row"]["published_tflops"] for r in rows]
