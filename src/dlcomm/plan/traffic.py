@@ -12,7 +12,8 @@ paper (docs/references.md):
 - tensor (TP): the parametric linear/conv layers of a stage pair up as (column-parallel,
   row-parallel); each pair all-reduces its output forward and its input gradient
   backward in groups of ``tp`` (2 forward + 2 backward per transformer block); a
-  vocabulary-parallel embedding all-reduces its output forward;
+  vocabulary-parallel (token) embedding all-reduces its output forward (position and type
+  embeddings are replicated);
 - data (DP): one all-reduce per iteration of the gradients a rank holds (its stage's
   parameters, the TP-split ones divided by ``tp``) in groups of ``dp``;
 - experts (EP, ``ep`` > 1): every ``moe_every``-th MLP pair (first layer named *mlp*,
@@ -165,8 +166,14 @@ def _is_mlp(layer: Layer) -> bool:
     return any(word in layer.name.lower() for word in _MLP_WORDS)
 
 
+def vocab_parallel(layer: Layer) -> bool:
+    """A token embedding: TP splits its rows and all-reduces its output; embeddings added
+    to one (positions, segment types) are replicated on every TP rank (Megatron-LM)."""
+    return layer.kind == "embedding" and layer.shortcut_from is None
+
+
 def _rank_params(stage: tuple[Layer, ...], tp: int) -> float:
-    return sum(l.params / tp if l.kind in (*_TP_KINDS, "embedding") else l.params
+    return sum(l.params / tp if l.kind in _TP_KINDS or vocab_parallel(l) else l.params
                for l in stage)
 
 
@@ -205,7 +212,7 @@ def iteration_traffic(model: ModelTable, par: Parallelism) -> list[Comm]:
                 last = layers[a if b is None else b]
                 calls += 2 * m
                 total += m * (last.out_elems + layers[a].in_elems) * mb * nbytes
-            emb = [l for l in stage if l.kind == "embedding"]
+            emb = [l for l in stage if vocab_parallel(l)]
             calls += len(emb) * m
             total += sum(l.out_elems for l in emb) * mb * m * nbytes
             keep("tp", calls, total)

@@ -59,8 +59,9 @@ _BUILTIN = [
     Accelerator("a100", 312e12, 80 * 2**30, 600 * 8 / 2, 200,
                 source="NVIDIA A100 80GB SXM datasheet: 312 TFLOPS bf16 dense, 80 GB HBM2e at "
                        "2,039 GB/s, 108 SMs, NVLink 600 GB/s total; 200 Gb/s HDR NIC per GPU "
-                       "(DGX A100). Largest-GEMM ceiling 271 TFLOPS (86.9%) measured "
-                       "(ml-engineering MAMF table); streaming ceiling: docs/simulation.md",
+                       "(DGX A100). GEMM ceiling 230 TFLOPS, the best square fp16 matmul with "
+                       "CUDA 11 (transformers-benchmarks; 271 with today's cuBLAS, the "
+                       "ml-engineering MAMF table); streaming 88%: docs/simulation.md",
                 memory_Bps=2039e9, sms=108, gemm_ceiling=230 / 312, memory_ceiling=0.88),
     Accelerator("h100", 989e12, 80 * 2**30, 900 * 8 / 2, 400,
                 source="NVIDIA H100 SXM datasheet: 989 TFLOPS bf16 dense, 80 GB HBM3 at "

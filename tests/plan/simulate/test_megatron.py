@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from dlcomm.errors import ConfigError
+from dlcomm.plan.commtime import place_ranks
 from dlcomm.plan.simulate.busbw import bus_bandwidth, reproduce_nccl
+from dlcomm.plan.simulate.fluid import SimNetwork
 from dlcomm.plan.simulate.megatron import (
     GPT3_ROWS,
     TABLE1,
@@ -17,6 +20,7 @@ from dlcomm.plan.simulate.megatron import (
 )
 from dlcomm.plan.simulate.megatron_compute import gpt_layer_times
 from dlcomm.plan.topology import build_topology
+from dlcomm.plan.traffic import Parallelism
 from dlcomm.results import validate_result
 from dlcomm.workloads.accelerators import get_accelerator
 from dlcomm.workloads.catalog.transformer import transformer_layers
@@ -67,6 +71,18 @@ def test_small_rows_land_within_ten_percent(row: MegatronRow) -> None:
 def test_bad_split_is_one_clear_error() -> None:
     with pytest.raises(ConfigError, match="micro-batches"):
         simulate_row(MegatronRow(1.7, 24, 2304, 24, 1, 1, 32, 500, 137, 16))
+    with pytest.raises(ConfigError, match="do not split into tp"):
+        simulate_row(MegatronRow(1.7, 24, 2304, 24, 8, 2, 8, 512, 137, 16))
+
+
+def test_local_ddp_all_reduces_after_the_last_backward() -> None:
+    """Megatron's own DDP (interleaved rows): no gradient all-reduce before the device's
+    last backward; PyTorch's overlaps it."""
+    row = MegatronRow(1.0, 8, 512, 8, 2, 2, 8, 32, 1, 4, chunks=2)
+    local = simulate_row(row)
+    torch_ddp = simulate_row(MegatronRow(1.0, 8, 512, 8, 2, 2, 8, 32, 1, 4, chunks=2,
+                                         ddp="torch"))
+    assert local["iteration_s"] >= torch_ddp["iteration_s"]
 
 
 def test_nodes_topology_routes_inside_over_nvlink_and_between_over_nics() -> None:
@@ -76,8 +92,19 @@ def test_nodes_topology_routes_inside_over_nvlink_and_between_over_nics() -> Non
     assert g.edges[0, ("nvs", 0)]["capacity"] == pytest.approx(2400 * 0.8)
     assert g.edges[0, ("nic", 0)]["capacity"] == pytest.approx(200 * 0.96)
     assert topo.bus_gbps() == pytest.approx(8 * 192)
-    with pytest.raises(ConfigError):
-        build_topology("nodes:n=16,node=dgx-z")
+    assert topo.bisection_gbps() == 8 * 200                 # line rates, as elsewhere
+    for bad in ("nodes:n=16,node=dgx-z", "nodes:n=16,rate=100", "nodes:n=16,ports=2",
+                "nodes:n=16,nvlink=inf", "nodes:n=16,nic=0"):
+        with pytest.raises(ConfigError):
+            build_topology(bad)
+    # routes: inside a node through its NVSwitch, between nodes through both GPUs' NICs
+    par = Parallelism(dp=16, batch=1, micro=1)
+    net = SimNetwork(topo, place_ranks(par, 16, "linear", 0))
+    ids = net.net.node_ids([0, 1, 8])
+    inside = net.flows("in", np.array([0]), np.array([1]))
+    across = net.flows("out", np.array([0]), np.array([8]))
+    assert inside.hops == 2 and across.hops == 4
+    assert len(ids) == 3
 
 
 def test_bus_bandwidth_matches_the_closed_form_and_nccl_tests() -> None:
@@ -90,6 +117,7 @@ def test_bus_bandwidth_matches_the_closed_form_and_nccl_tests() -> None:
     result = reproduce_nccl()
     validate_result(result)
     assert result["summary"]["within_10pct"] == result["summary"]["modelled_cases"] == 3
+    assert result["summary"]["independent_cases"] == 0     # said, not hidden
 
 
 @pytest.mark.slow

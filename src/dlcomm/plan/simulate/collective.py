@@ -234,9 +234,10 @@ class Collectives:
         if self.algorithm != "best":
             base = self.algorithm.split(":")[0]
             if base not in ("ring", "tree", "halving-doubling", "doubling", "torus",
-                            "hierarchical", "rails"):
-                raise ConfigError(f"unknown --algorithm {self.algorithm!r} (best, ring, tree, "
-                                  "halving-doubling, doubling, torus, hierarchical[:H], rails[:H])")
+                            "hierarchical", "rails", "nccl"):
+                raise ConfigError(f"unknown --algorithm {self.algorithm!r} (best, nccl, ring, "
+                                  "tree, halving-doubling, doubling, torus, hierarchical[:H], "
+                                  "rails[:H])")
 
     # -- groups --------------------------------------------------------------------------
     def groups(self, dim: str, stage: int) -> np.ndarray:
@@ -298,11 +299,23 @@ class Collectives:
             self._choice[key] = min(times, key=lambda n: times[n])
         return self._choice[key]
 
+    def nccl_algorithm(self, dim: str) -> str:
+        """NCCL's rings for stage 0's groups of ``dim``: on servers (``nodes``) with h > 1
+        members in each of several nodes ``rails:h``, else one ring."""
+        groups = self.groups(dim, 0)
+        per_node = getattr(getattr(self.net.topology, "node", None), "gpus", 0)
+        if not per_node or groups.shape[1] < 2:
+            return "ring"
+        nodes = len(np.unique(self.net.where[groups[0]] // per_node))
+        h = groups.shape[1] // nodes
+        return f"rails:{h}" if nodes > 1 and h > 1 and h * nodes == groups.shape[1] else "ring"
+
     def allreduce(self, dim: str, stage: int, nbytes: float, scale: float = 1.0,
                   fixed_s: float = 0.0) -> Call:
         groups = self.groups(dim, stage)
         g = groups.shape[1]
-        name = self.algorithm if self.algorithm != "best" else self.best_algorithm(dim, nbytes)
+        name = self.best_algorithm(dim, nbytes) if self.algorithm == "best" else \
+            self.nccl_algorithm(dim) if self.algorithm == "nccl" else self.algorithm
         if g < 2:
             return Call(dim, stage, "allreduce", "none", nbytes, (), fixed_s)
         steps = self._steps((dim, stage), groups, self._phases(dim, name, g), nbytes, scale)

@@ -95,8 +95,9 @@ def _cost_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--efficiency", type=float,
                      help="Fraction of peak FLOP/s (default 0.4)."),
         click.option("--algorithm", default="best", show_default=True,
-                     help="Host all-reduce: best, ring, tree, halving-doubling, doubling, "
-                          "torus, hierarchical[:H]."),
+                     help="Host all-reduce: best, nccl (NCCL's rings on servers), ring, "
+                          "tree, halving-doubling, doubling, torus, hierarchical[:H], "
+                          "rails[:H]."),
         click.option("--placement", type=click.Choice(["linear", "random"]), default="linear",
                      show_default=True),
         click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]), default="1f1b",

@@ -76,6 +76,7 @@ class SimNetwork:
         self.topology = topology
         self.graph = topology.graph()
         self.net = FlowNet.from_graph(self.graph)
+        self.where = np.asarray(where, dtype=np.int64)             # accelerator of every rank
         self.node = self.net.node_ids([int(a) for a in where])   # node id of every rank
         self.cap_Bps = self.net.cap * 1e9 / 8
         self.patterns: dict[Hashable, Pattern] = {}

@@ -222,6 +222,9 @@ def reproduce_hammingmesh_paper(say: Say = None, alpha_us: float = 1.0,
         "within_15_percent": all(abs(head[w]["error"]) <= 0.15 for w in WORKLOADS),
         "max_abs_error": max(abs(c["error"]) for c in cells),
         "alpha_sensitivity": sensitivity,
+        "depends_on": "costs of dlcomm's builds (fat tree: 4 x 400G ports, 3 levels); priced "
+                      "as simulated (2 levels of 1,600G links) the savings would be ~28-35% "
+                      "lower (docs/topology.md)",
         "published": "HammingMesh (SC'22) Fig. 16, relative cost saving (network cost x "
                      "communication overhead): Hx4Mesh over the non-blocking fat tree 7.76x "
                      "(ResNet-152) and 1.53x (GPT-3)",

@@ -52,8 +52,8 @@ __all__ = ["MegatronRow", "TABLE1", "GPT3_ROWS", "megatron_flops", "simulate_row
            "reproduce_megatron", "OPTIMIZER_BYTES"]
 
 SEQ, VOCAB = 2048, 51200
-OPTIMIZER_BYTES = 2 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 2 + 4   # fp16 grad -> fp32, unscale,
-# norm, Adam (read master, m, v; write them), fp16 copy of the weights
+OPTIMIZER_BYTES = (2 + 4) + 8 + 4 + 28 + (4 + 2)   # fp16 grad -> fp32, unscale, norm, Adam
+# (read master, grad, m, v; write master, m, v), fp16 copy of the weights: 52 per parameter
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,9 @@ class MegatronRow:
 
     @property
     def dp(self) -> int:
+        if self.gpus % (self.tp * self.pp) or self.gpus < self.tp * self.pp:
+            raise ConfigError(f"{self.gpus} GPUs do not split into tp {self.tp} x pp "
+                              f"{self.pp} groups")
         return self.gpus // (self.tp * self.pp)
 
     @property
@@ -144,7 +147,7 @@ def simulate_row(row: MegatronRow, node: str = "dgx-a100") -> dict[str, Any]:
                       batch=row.batch // row.dp, bytes=2)
     topo = build_topology(f"nodes:n={row.gpus},node={node}")
     net = SimNetwork(topo, place_ranks(par, topo.accelerators, "linear", 0))
-    coll = Collectives(net, par, ExchangeModel(), "best", 1e-6, 0.5e-6)
+    coll = Collectives(net, par, ExchangeModel(), "nccl", 1e-6, 0.5e-6)
     fwd, bwd = gpt_layer_times(cfg, km, row.micro_batch, row.tp, recompute=True)
     cap = 25 * 2**20 if row.ddp == "torch" else 2**62
     planner = StagePlanner(model, par, coll, fwd, bwd, False, cap,
@@ -153,10 +156,14 @@ def simulate_row(row: MegatronRow, node: str = "dgx-a100") -> dict[str, Any]:
     used = sorted({st.pattern for c in planner.calls for st in c.steps}, key=repr)
     sharing = Sharing([net.patterns[k] for k in used], net.cap_Bps)
     schedule = "interleaved" if row.chunks > 1 else "1f1b"
-    timeline = simulate_schedule(plans, m, sharing, schedule, row.chunks)
+    timeline = simulate_schedule(plans, m, sharing, schedule, row.chunks,
+                                 defer=row.ddp == "local")
     pipeline = simulate_schedule(compute_only(plans), m, sharing, schedule, row.chunks)
-    rank_params = max(sum(l.params for l in layers[a:b]) for a, b in _parts(row, len(layers)))
-    optimizer = km.memory(rank_params * row.chunks / row.tp * OPTIMIZER_BYTES, 8)
+    parts = _parts(row, len(layers))
+    rank_params = max(sum(l.params for c in range(row.chunks)
+                          for l in layers[slice(*parts[c * row.pp + d])])
+                      for d in range(row.pp))
+    optimizer = km.memory(rank_params / row.tp * OPTIMIZER_BYTES, 8)
     iteration = timeline.iteration_s + optimizer
     predicted = megatron_flops(row) / (row.gpus * iteration) / 1e12
     compute = max(st.compute_s for st in timeline.stages)

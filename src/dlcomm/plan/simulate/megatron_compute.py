@@ -65,7 +65,8 @@ def _blocks(km: KernelModel, cfg: TransformerConfig, b: float,
     sq = heads * s * s
     core_f = (gemm(s, s, dh, heads) + mem(sq * ELEM * 2) + mem(sq * (ELEM * 2 + 1))
               + gemm(s, dh, s, heads))
-    core_b = (2 * gemm(s, s, dh, heads) + 2 * gemm(s, dh, s, heads) + mem(sq * ELEM * 3)
+    # dQ = dS K and dK = dS^T Q (k = s), dA = dO V^T (k = h/a), dV = A^T dO (k = s)
+    core_b = (gemm(s, s, dh, heads) + 3 * gemm(s, dh, s, heads) + mem(sq * ELEM * 3)
               + mem(sq * (ELEM * 2 + 1)))
     qkv, proj = linear(h, 3 * h / t), linear(h / t, h)
     fc, fc2 = linear(h, f / t), linear(f / t, h)
@@ -101,7 +102,8 @@ def gpt_layer_times(cfg: TransformerConfig, km: KernelModel, micro_batch: float,
             f, bk = per["ln" if kind.startswith("ln") else kind]
             if recompute:
                 bk += f
-        shard = layer.params / t if layer.kind in ("linear", "embedding") else layer.params
+        split = layer.kind == "linear" or layer.name == "wte"   # wpe is replicated
+        shard = layer.params / t if split else layer.params
         fwd.append(f)
         bwd.append(bk + km.memory(shard * ACCUMULATE_BYTES))
     return fwd, bwd

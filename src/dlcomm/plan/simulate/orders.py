@@ -41,7 +41,7 @@ def interleaved_order(pp: int, device: int, micro: int,
                 chunk if kind == "F" else chunks - 1 - chunk)
     if chunks == 1:
         return [(kind, j, 0) for kind, j in stage_order("1f1b", pp, device, micro)]
-    warm = min((pp - device - 1) * 2 + (chunks - 1) * pp, total)
+    warm = total if micro == pp else min((pp - device - 1) * 2 + (chunks - 1) * pp, total)
     ops = [op("F", k) for k in range(warm)]
     for i in range(total - warm):
         ops += [op("F", warm + i), op("B", i)]

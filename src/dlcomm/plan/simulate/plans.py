@@ -17,7 +17,7 @@ import numpy as np
 
 from dlcomm.plan.simulate.collective import Call, Collectives
 from dlcomm.plan.simulate.schedule import Segment, StagePlan
-from dlcomm.plan.traffic import Parallelism, _is_mlp, _pairs, stages
+from dlcomm.plan.traffic import Parallelism, _is_mlp, _pairs, stages, vocab_parallel
 from dlcomm.workloads.catalog import ModelTable, gradient_buckets
 
 __all__ = ["StagePlanner"]
@@ -80,7 +80,7 @@ class StagePlanner:
                                                        layers[last].out_elems * mb * nb))
                 add(post_b, a, self.coll.allreduce("tp", s, layers[a].in_elems * mb * nb))
             for i in range(start, end):
-                if layers[i].kind == "embedding" and not self.sharded_embeddings:
+                if vocab_parallel(layers[i]) and not self.sharded_embeddings:
                     add(post_f, i, self.coll.allreduce("tp", s, layers[i].out_elems * mb * nb))
         experts: set[int] = set()
         if par.ep > 1:
@@ -114,6 +114,7 @@ class StagePlanner:
             if sizes[dim] < 2 or not members:
                 continue
             params = [round(layers[i].params / par.tp) if layers[i].kind in _SPLIT
+                      and (layers[i].kind != "embedding" or vocab_parallel(layers[i]))
                       else layers[i].params for i in members]
             buckets = gradient_buckets([layers[i].name for i in members], params,
                                        [self.bwd[i] for i in members], self.cap_bytes,

@@ -32,7 +32,8 @@ With uniform stages and no communication this gives (m + p - 1)(t_f + t_b), the 
 Interleaved 1F1B (Narayanan et al., SC'21, Sec. 2.2.2): each of the p devices holds v model
 chunks, virtual stage c p + d on device d (the plans are given per virtual stage, v p of
 them). Device d runs, as Megatron-LM does, ``(p - d - 1) 2 + (v - 1) p`` warm-up forwards
-(at most m v), then alternates one forward and one backward, then drains the backwards;
+(at most m v; all of them when m = p), then alternates one forward and one backward,
+then drains the backwards;
 its k-th forward is micro-batch ``(k // (p v)) p + k % p`` of chunk ``(k // p) % v``, its
 k-th backward the same micro-batch of chunk ``v - 1 - (k // p) % v`` (m must be a multiple
 of p). A virtual stage waits for its input from virtual stage c p + d - 1 (the last device
@@ -256,13 +257,14 @@ class _Pipeline:
     backward. ``stages`` are the plans per virtual stage, ``chunks`` per device."""
 
     def __init__(self, stages: list[StagePlan], micro: int, schedule: str, eng: _Engine,
-                 times: list[StageTimes], chunks: int = 1) -> None:
+                 times: list[StageTimes], chunks: int = 1, defer: bool = False) -> None:
         if chunks < 1 or len(stages) % chunks:
             raise ConfigError(f"{len(stages)} virtual stages do not split into {chunks} "
                               "model chunks per device")
         if chunks > 1 and schedule != "interleaved":
             raise ConfigError("model chunks need the interleaved schedule")
         self.stages = stages
+        self.defer = defer   # every bucket of a device once its last operation ended
         self.virtual = len(stages)
         self.pp = self.virtual // chunks
         self.eng = eng
@@ -298,7 +300,7 @@ class _Pipeline:
         if kind == "B" and v < self.virtual - 1 and ("grad", j) not in self.arrived[v]:
             return
         self.busy[d] = True
-        final = kind == "B" and self.last_backward[v] == self.position[d]
+        final = kind == "B" and self.last_backward[v] == self.position[d] and not self.defer
         plan = self.stages[v]
         segments = plan.forward if kind == "F" else plan.backward
         self._run_segments(d, v, segments, 0, final, lambda: self._op_done(d, v, kind, j))
@@ -349,6 +351,11 @@ class _Pipeline:
         self.busy[d] = False
         self.position[d] += 1
         plan = self.stages[v]
+        if self.defer and self.position[d] == len(self.orders[d]):
+            for c in range(self.virtual // self.pp):
+                for call in self.stages[c * self.pp + d].buckets:
+                    self.calls.enqueue(("grad", d, call.dim), call, d,
+                                       lambda: self._bucket_done(d))
         if kind == "F" and v + 1 < self.virtual:
             call = plan.send_forward
             assert call is not None
@@ -378,12 +385,13 @@ class _Pipeline:
 
 
 def simulate_schedule(stages: list[StagePlan], micro: int, sharing: Sharing,
-                      schedule: str = "1f1b", chunks: int = 1) -> Timeline:
+                      schedule: str = "1f1b", chunks: int = 1, defer: bool = False) -> Timeline:
     """Run one iteration (module docstring) and return when everything ended; ``stages``
-    are the plans per virtual stage, ``chunks`` of them per device (interleaved)."""
+    are the plans per virtual stage, ``chunks`` of them per device (interleaved);
+    ``defer``: gradients all-reduced after the device's last backward, not during it."""
     eng = _Engine(sharing)
     times = [StageTimes(s) for s in range(len(stages) // max(chunks, 1))]
-    pipeline = _Pipeline(stages, micro, schedule, eng, times, chunks)
+    pipeline = _Pipeline(stages, micro, schedule, eng, times, chunks, defer)
     pipeline.start()
     eng.run()
     pipeline.finish()

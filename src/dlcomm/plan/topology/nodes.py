@@ -14,7 +14,7 @@ never crosses NVLink to borrow another GPU's NIC. Translations over (node, posit
 every GPU a translate of GPU 0 (fast routing at thousands of GPUs).
 
 Closed forms (h GPUs per node, B_in NVLink and B_nic NIC effective rates): bisection
-n/2 x nic (one node: n/2 x nvlink); all-reduce with NCCL's rings (``rails:h``): bus
+n/2 x nic line rate (one node: n/2 x nvlink); all-reduce with NCCL's rings (``rails:h``): bus
 bandwidth B_in on one node, min(B_in h / (h - 1), h B_nic) across nodes.
 """
 
@@ -88,9 +88,8 @@ class Nodes(Topology):
         return self.node.nic_gbps
 
     def counts(self) -> Counts:
-        """The fabric's switches and cables (the NVSwitches are part of the node)."""
-        c = self.fabric.counts()
-        return replace(c, trace_links=self.accelerators * self.node.gpus)
+        """The fabric's switches and cables (the NVSwitches are part of the node's price)."""
+        return self.fabric.counts()
 
     def graph(self, detail: str = "logical") -> Any:
         import networkx as nx
@@ -113,9 +112,10 @@ class Nodes(Topology):
         return g
 
     def bisection_gbps(self) -> float:
+        """Line rates, as every topology reports them."""
         if self.nodes == 1:
-            return self.accelerators / 2 * self.inside_gbps
-        return self.accelerators / 2 * self.nic_gbps
+            return self.accelerators / 2 * self.node.scaleup_gbps
+        return self.accelerators / 2 * self.node.nic_gbps
 
     def bisection_halves(self) -> tuple[list[int], list[int]]:
         n = self.accelerators
@@ -136,10 +136,16 @@ class Nodes(Topology):
 
 
 def make_nodes(options: dict[str, Any], params: Any) -> Nodes:
+    if {"rate", "ports"} & set(options):
+        raise ConfigError("nodes takes its link rates from node=, nvlink= and nic= "
+                          "(not rate= or ports=)")
     opts, params = take_options("nodes", options, {"n": int, "node": str, "gpus": int,
                                                    "nvlink": float, "nic": float}, params)
     if "n" not in opts:
         raise ConfigError("nodes needs n=ACCELERATORS")
+    for key in ("nvlink", "nic"):
+        if key in opts and not 0 < opts[key] < float("inf"):
+            raise ConfigError(f"nodes {key}= must be a positive rate in Gb/s, got {opts[key]}")
     node = NODES.get(opts.get("node", "dgx-a100"))()
     node = replace(node, gpus=opts.get("gpus", node.gpus),
                    scaleup_gbps=opts.get("nvlink", node.scaleup_gbps),
