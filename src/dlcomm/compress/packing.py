@@ -23,11 +23,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from dlcomm.compress.base import Payload
+from dlcomm.compress.base import Compressor, Payload
 from dlcomm.errors import ConfigError
 
-__all__ = ["lane_bits", "lanes_per_word", "pack_lanes", "unpack_lane_sums", "pack_signs",
-           "unpack_signs", "WORD_BITS", "encode_payload", "decode_payload"]
+__all__ = ["check_world", "lane_bits", "lanes_per_word", "pack_lanes", "unpack_lane_sums",
+           "pack_signs", "unpack_signs", "WORD_BITS", "encode_payload", "decode_payload"]
 
 WORD_BITS = {torch.int32: 31, torch.float32: 24}  # value bits a summed word may use
 _SIGN_OF_BIT = np.array([-1.0, 1.0], dtype=np.float32)
@@ -106,3 +106,13 @@ def decode_payload(buf: torch.Tensor, like: Payload) -> Payload:
         out.append(buf[at:at + nbytes].view(t.dtype))
         at += -(-nbytes // 8) * 8
     return out
+
+
+def check_world(compressor: Compressor, world: int, word: torch.dtype) -> None:
+    """ConfigError if the compressor's integer levels cannot be summed over ``world``."""
+    levels = compressor.payload_levels()
+    if compressor.summable and levels is not None:
+        try:
+            lanes_per_word(levels, world, word)
+        except ConfigError as exc:
+            raise ConfigError(f"compressor {compressor.name!r}: {exc}") from None

@@ -52,7 +52,8 @@ def main(inner_spec: str, specs: list[str], numel: int, out: str) -> None:
         stats = exchange.stats().as_dict()
         exchange.close()
         report[spec] = {"errors": errors, "bytes_sent": stats["bytes_sent"],
-                        "counting": stats["counting"], "traffic_ratio": stats["traffic_ratio"]}
+                        "counting": stats["counting"], "traffic_ratio": stats["traffic_ratio"],
+                        "direct_calls": stats["direct_calls"]}
     if rank == 0:
         Path(out).write_text(json.dumps(report))
     dist.barrier()

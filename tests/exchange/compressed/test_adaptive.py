@@ -140,3 +140,15 @@ def test_changing_rate_mid_run():
         again.append(chosen.name)
         t = record.finished + 0.02
     assert again[-10:] == ["none"] * 10
+
+
+def test_a_relaxation_that_costs_time_is_reverted():
+    """PowerSGD turns out 3x slower than modelled, so fp16 is predicted no slower; but this
+    network sums halves 4x slower: going back to less compression is measured too."""
+    policy = AdaptivePolicy(4, identity, every=2, probe=0,
+                            candidates=("none", "fp16", "powersgd"))
+    network = FakeNetwork(bandwidth=1e8, slower={"powersgd": 3.0, "fp16": 4.0})
+    methods = run_policy(policy, network, 40)
+    assert methods[4] == "powersgd" and "fp16" in methods and methods[-1] == "powersgd"
+    assert any(d.get("reverted") for d in policy.decisions)
+    assert ("0:150000", "fp16") in policy.banned

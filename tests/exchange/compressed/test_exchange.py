@@ -52,6 +52,11 @@ def test_every_method_over_the_ring_matches_the_simulation(tmp_path):
         assert max(report[spec]["errors"]) <= tol, (spec, report[spec])
         assert report[spec]["counting"] == "modelled"
     assert report["none"]["traffic_ratio"] == pytest.approx(1.0, rel=1e-3)
+    # uncompressed calls go straight to the ring from the caller's thread (direct.py); a
+    # compressed method's (or a warming one's, whose memory is remembered) do not
+    assert report["none"]["direct_calls"] == 4
+    assert report["fp16"]["direct_calls"] == 0
+    assert report["powersgd:rank=2,start=2"]["direct_calls"] == 0
     assert report["fp16"]["traffic_ratio"] == pytest.approx(2.0, rel=1e-3)
     # 8-bit levels on 3 workers: 10-bit lanes, 3 per int32 word -> 3x less than float32
     assert report["u8bit"]["traffic_ratio"] == pytest.approx(3.0, rel=1e-3)

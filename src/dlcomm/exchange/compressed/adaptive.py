@@ -38,11 +38,10 @@ pays only where communication is exposed and the network slow):
    every uncompressed iteration is the most expensive kind); back to less compression:
    when it is predicted no slower, twice in a row; then verify by measurement: if over the next
    ``every`` iterations the median measured exposed time is not below the median before the
-   switch by at least margin / 2, revert, and do not try those (bucket, method) pairs for 4
-   probe periods (the model can be wrong; the measurement decides); and for as long as anything is
-   compressed, keep comparing with the uncompressed probe iterations of step 7 as a control
-   group: if the compressed iterations' median exposed time is not below the probes' by
-   margin / 2, go back to ``none`` (and ban the methods given up);
+   switch by margin / 2 (back: not above it by margin / 2), revert, and do not try those
+   (bucket, method) pairs for 4 probe periods; while anything is compressed, compare with
+   the uncompressed probes of step 7 as a control group: if the compressed iterations'
+   median exposed time is not below the probes' by margin / 2, go back to ``none``;
 6. every worker averages its measurements with the others (one small all-reduce) before
    deciding, so all take the same decision; decisions every ``every`` iterations, and
    while a decision finds nothing to change the interval doubles up to ``probe``. The
@@ -340,7 +339,8 @@ class AdaptivePolicy(Policy):
             return
         if verify and trial is not None:            # step 5: did the switch pay, measured?
             self.trial = None
-            if before > 0 and after > 0 and after > before * (1 - self.margin / 2):
+            slack = 1 + self.margin / 2 if trial["relaxing"] else 1 - self.margin / 2
+            if before > 0 and after > 0 and after > before * slack:
                 self._revert(iteration, trial["previous"], "the switch did not pay",
                              {"before": before, "after": after})
                 return
@@ -380,9 +380,9 @@ class AdaptivePolicy(Policy):
         self.proposal = chosen if better else None
         if switch:
             self.switched_at = iteration
-            self.trial = None if relaxing else {
-                "since": iteration, "previous": dict(self.assignment),
-                "before": self._measured(iteration - 2 * self.every, iteration)}
+            self.trial = {"since": iteration, "previous": dict(self.assignment), "relaxing":
+                          relaxing, "before": self._measured(iteration - 2 * self.every,
+                                                             iteration)}
             self.assignment = chosen
         held = [cost[b].get(self.assignment.get(n, "none"), math.inf) for b, n in enumerate(names)]
         held_s, none_s = simulate_exposed(offsets, held), simulate_exposed(

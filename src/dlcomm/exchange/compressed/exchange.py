@@ -37,20 +37,21 @@ import torch.distributed as dist
 
 from dlcomm.compress.base import Compressor, Memory, Outcome, Protocol, Round
 from dlcomm.compress.packing import (
+    check_world,
     decode_payload,
     encode_payload,
-    lanes_per_word,
     pack_lanes,
     unpack_lane_sums,
 )
-from dlcomm.errors import ConfigError, ExchangeError
+from dlcomm.errors import ExchangeError
 from dlcomm.exchange.base import Capabilities, Exchange, ExchangeContext, ExchangeStats
 from dlcomm.exchange.compressed.allgather import GatherCount, allgather_bytes
+from dlcomm.exchange.compressed.direct import DirectPath
 from dlcomm.exchange.compressed.policy import STABLE_ITERATION, CallRecord, Policy
 from dlcomm.volume import ring_allreduce_bytes
 from dlcomm.wire.sparse import Presence
 
-__all__ = ["CompressedExchange", "check_world"]
+__all__ = ["CompressedExchange", "check_world"]  # check_world: compress/packing.py
 
 @dataclass
 class _Job:
@@ -58,6 +59,9 @@ class _Job:
     record: CallRecord
     shapes: list[torch.Size] | None
     future: torch.futures.Future[torch.Tensor]
+    begun: bool = False  # what the direct path asked already (direct.py): trials, choice
+    trials: list[Compressor] | None = None
+    chosen: Compressor | None = None
 
 
 _STOP = object()
@@ -88,6 +92,7 @@ class CompressedExchange(Exchange):
         self._seen: set[tuple[Any, int]] = set()
         self._failure: BaseException | None = None
         self._queue: queue.Queue[Any] = queue.Queue()
+        self.direct = DirectPath()
         self._thread = threading.Thread(target=self._serve, name="dlcomm-compress", daemon=True)
         self._thread.start()
 
@@ -115,8 +120,55 @@ class CompressedExchange(Exchange):
         fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
         record = CallRecord(f"{key}:{flat.numel()}", flat.numel(), self.iteration, "",
                             submitted=time.perf_counter())
-        self._queue.put(_Job(flat, record, self.layouts.get(key), fut))
+        job = _Job(flat, record, self.layouts.get(key), fut)
+        if self.direct.try_enter():
+            self._direct(job)
+        else:
+            self.direct.to_thread(lambda: self._queue.put(job))
         return fut
+
+    def _direct(self, job: _Job) -> None:
+        """Uncompressed on the caller's thread, or to the exchange thread (direct.py)."""
+        rec = job.record
+        try:
+            self._begin(rec)
+            job.begun = True
+            job.trials = self.policy.trials(rec.name, rec.numel, rec.iteration)
+            if not job.trials:
+                rec.started = time.perf_counter()
+                job.chosen = self.policy.choose(rec.name, rec.numel, rec.iteration)
+                if self.direct.plain(job.chosen, rec.iteration, self.memory.holds(rec.name)):
+                    rec.method = job.chosen.name
+                    self.direct.start(self.inner, job.flat, rec,
+                                      lambda r, total, err: self._direct_done(job, total, err))
+                    return
+        except BaseException:
+            self.direct.release()
+            raise
+        self.direct.to_thread(lambda: self._queue.put(job))
+        self.direct.release()
+
+    def _direct_done(self, job: _Job, total: torch.Tensor | None,
+                     error: BaseException | None) -> None:
+        rec = job.record
+        try:
+            if error is None and total is not None:
+                if total.data_ptr() != job.flat.data_ptr():
+                    job.flat.copy_(total)
+                rec.finished = time.perf_counter()
+                self.totals["comm_s"] += rec.comm_s
+                self.totals["calls_exact"] += 1
+                self.policy.observe(rec)
+        except BaseException as exc:
+            error = exc
+        if error is not None:
+            self._failure = error
+        self.direct.release()
+        if error is not None:
+            # torch's stub types set_exception's argument as the Future's result type
+            job.future.set_exception(error)  # type: ignore[arg-type]
+        else:
+            job.future.set_result(job.flat)
 
     def stats(self) -> ExchangeStats:
         inner = self.inner.stats()
@@ -139,12 +191,14 @@ class CompressedExchange(Exchange):
                                                            self.ctx.world_size) / payload
                                      if payload else None),
                    "compress_s": self.totals["compress_s"], "comm_s": self.totals["comm_s"],
+                   "direct_calls": self.direct.direct_calls,
                    "iterations": self.iteration + (1 if s.calls else 0),
                    "methods": [c.describe() for c in self.policy.compressors()],
                    **self.policy.stats()}
         return super().stats()
 
     def close(self) -> None:
+        self.direct.wait_clear(timeout=60)
         if self._thread.is_alive():
             self._queue.put(_STOP)
             self._thread.join(timeout=60)
@@ -155,15 +209,19 @@ class CompressedExchange(Exchange):
     def _serve(self) -> None:
         while (job := self._queue.get()) is not _STOP:
             if self._failure is not None:
+                self.direct.job_done()
                 job.future.set_exception(ExchangeError(f"compressed exchange failed: "
                                                        f"{self._failure}"))
                 continue
             try:
+                self.direct.wait_clear()
                 self._run(job)
             except BaseException as exc:  # the Future carries it to DDP's wait
                 self._failure = exc
+                self.direct.job_done()
                 job.future.set_exception(exc)
                 continue
+            self.direct.job_done()
             job.future.set_result(job.flat)
 
     def _begin(self, rec: CallRecord) -> None:
@@ -177,11 +235,15 @@ class CompressedExchange(Exchange):
 
     def _run(self, job: _Job) -> None:
         rec = job.record
-        self._begin(rec)
-        for trial in self.policy.trials(rec.name, rec.numel, rec.iteration):
+        if not job.begun:
+            self._begin(rec)
+        trials = job.trials if job.begun else self.policy.trials(rec.name, rec.numel,
+                                                                 rec.iteration)
+        for trial in trials or ():
             self._trial(trial, rec, job.shapes)
-        rec.started = time.perf_counter()
-        compressor = self.policy.choose(rec.name, rec.numel, rec.iteration)
+        if job.chosen is None:
+            rec.started = time.perf_counter()
+        compressor = job.chosen or self.policy.choose(rec.name, rec.numel, rec.iteration)
         rec.method = compressor.name
         warming = rec.iteration < compressor.warmup_iterations
         use_memory = not warming and rec.iteration >= STABLE_ITERATION and not (
@@ -336,13 +398,3 @@ def _plain_rounds(tensor: torch.Tensor) -> Protocol:
     """Uncompressed: one float32 sum, in place (a method's warm-up iterations)."""
     (total,) = yield Round([tensor], inplace=True)
     return Outcome(total, exact=True)
-
-
-def check_world(compressor: Compressor, world: int, word: torch.dtype) -> None:
-    """ConfigError if the compressor's integer levels cannot be summed over ``world``."""
-    levels = compressor.payload_levels()
-    if compressor.summable and levels is not None:
-        try:
-            lanes_per_word(levels, world, word)
-        except ConfigError as exc:
-            raise ConfigError(f"compressor {compressor.name!r}: {exc}") from None
