@@ -54,7 +54,8 @@ class KernelModel:
         if not (acc.sms > 0 and acc.memory_Bps > 0 and 0 < acc.gemm_ceiling <= 1
                 and 0 < acc.memory_ceiling <= 1):
             raise ConfigError(f"accelerator {acc.name!r} lacks the kernel-model facts "
-                              "(sms, memory bandwidth, GEMM and memory ceilings)")
+                              "(sms, memory bandwidth, GEMM and memory ceilings; a100 and "
+                              "h100 have them)")
 
     @property
     def memory_rate(self) -> float:

@@ -125,3 +125,23 @@ def test_every_row_within_ten_percent() -> None:
     result = reproduce_megatron(rows=TABLE1 + GPT3_ROWS)
     validate_result(result)
     assert result["summary"]["within_10pct"] == len(TABLE1) + len(GPT3_ROWS)
+
+
+def test_the_kernel_model_and_interleaving_on_the_simulate_command() -> None:
+    from dlcomm.plan.simulate.iteration import SimConfig, simulate
+
+    base = dict(workload="gpt2-1.5b", topology="nodes:node=dgx-a100", accelerators=16,
+                parallelism="dp=2,pp=4,tp=2,micro=8,batch=8", accelerator="a100",
+                algorithm="nccl")
+    flat = simulate(SimConfig(**base))["summary"]
+    kernels = simulate(SimConfig(**base, compute="kernels", recompute=True))["summary"]
+    chunked = simulate(SimConfig(**base, compute="kernels", recompute=True,
+                                 schedule="interleaved", chunks=2))["summary"]
+    assert kernels["compute_s"] != flat["compute_s"]
+    assert chunked["bubble_s"] < kernels["bubble_s"]          # the interleaved schedule's point
+    with pytest.raises(ConfigError, match="GPT models"):
+        simulate(SimConfig("resnet50", "fattree", 8, accelerator="a100", compute="kernels"))
+    with pytest.raises(ConfigError, match="interleaved"):
+        SimConfig("gpt2-1.5b", chunks=2)
+    with pytest.raises(ConfigError, match="kernel-model facts"):
+        simulate(SimConfig("gpt2-1.5b", "fattree", 8, compute="kernels"))

@@ -100,8 +100,16 @@ def _cost_options(func: Callable[..., Any]) -> Callable[..., Any]:
                           "rails[:H]."),
         click.option("--placement", type=click.Choice(["linear", "random"]), default="linear",
                      show_default=True),
-        click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]), default="1f1b",
-                     show_default=True),
+        click.option("--schedule", type=click.Choice(["1f1b", "gpipe", "interleaved"]),
+                     default="1f1b", show_default=True),
+        click.option("--chunks", type=int, default=1, show_default=True,
+                     help="Model chunks per device (with --schedule interleaved)."),
+        click.option("--compute", type=click.Choice(["flat", "kernels"]), default="flat",
+                     show_default=True, help="flat: FLOPs at --efficiency of peak; kernels: "
+                     "GEMM tiles and waves, memory-bound kernels by bytes (GPT models, "
+                     "a100/h100)."),
+        click.option("--recompute", is_flag=True,
+                     help="Activation recomputation: the forward again in the backward."),
         click.option("--alpha-us", type=float, default=1.0, show_default=True,
                      help="Latency per message (us)."),
         click.option("--hop-latency-us", type=float, default=0.5, show_default=True,
@@ -150,6 +158,7 @@ def run_simulate(workload: str | None, accelerators: int, topology: str, paralle
                  exchange: str, compress: str | None, compress_ratio: float | None,
                  compress_gbps: float, density: float, sparse_pattern: str, accelerator: str,
                  efficiency: float | None, algorithm: str, placement: str, schedule: str,
+                 chunks: int, compute: str, recompute: bool,
                  alpha_us: float, hop_latency_us: float, bucket_mb: float, link_rate: str,
                  ports: int, radix: int, replicate_embeddings: bool,
                  calibration_file: str | None, sweep: str | None, seed: int,
@@ -177,7 +186,8 @@ def run_simulate(workload: str | None, accelerators: int, topology: str, paralle
                      efficiency, algorithm, placement, schedule, alpha_us, hop_latency_us,
                      bucket_mb, dilation=1.0, link_rate_gbps=parse_rate(link_rate) / 1e9,
                      ports=ports, radix=radix, replicate_embeddings=replicate_embeddings,
-                     seed=seed, calibration=_load_calibration(calibration_file))
+                     seed=seed, calibration=_load_calibration(calibration_file),
+                     compute=compute, recompute=recompute, chunks=chunks)
     for spec in exchanges:
         SimConfig(workload, exchange=spec)
     check_writable(json_path, "--json")

@@ -44,14 +44,19 @@ from dlcomm.plan.simulate.collective import (
     parse_exchange,
 )
 from dlcomm.plan.simulate.fluid import Sharing, SimNetwork
+from dlcomm.plan.simulate.megatron_compute import gpt_layer_times
 from dlcomm.plan.simulate.plans import StagePlanner
 from dlcomm.plan.simulate.schedule import SCHEDULES, compute_only, simulate_schedule
 from dlcomm.plan.topology import LinkParams, Topology, build_topology, sized_spec
-from dlcomm.plan.traffic import Parallelism, iteration_traffic, parse_parallelism
+from dlcomm.plan.traffic import Parallelism, iteration_traffic, parse_parallelism, stages
 from dlcomm.registry import parse_spec
 from dlcomm.workloads.accelerators import get_accelerator
 from dlcomm.workloads.catalog import MODELS, ModelTable, get_model, iteration_time
 from dlcomm.workloads.catalog.compute import DDP_BUCKET_CAP_BYTES
+from dlcomm.workloads.catalog.transformer import CONFIGS
+from dlcomm.workloads.kernels import KernelModel
+
+COMPUTE_MODELS = ("flat", "kernels")
 
 __all__ = ["SimConfig", "simulate", "resolve_parallelism", "build_topology_for"]
 
@@ -83,6 +88,9 @@ class SimConfig:
     replicate_embeddings: bool = False     # recommenders: plain DP instead of sharding
     seed: int = 0
     calibration: dict[str, dict[str, float]] | None = None  # kind -> overhead_s, efficiency
+    compute: str = "flat"                  # flat (FLOPs x efficiency) | kernels (GPT models)
+    recompute: bool = False                # activation recomputation (forward again in backward)
+    chunks: int = 1                        # model chunks per device (interleaved schedule)
 
     def __post_init__(self) -> None:
         MODELS.check(self.workload)
@@ -102,6 +110,11 @@ class SimConfig:
         if not self.dilation >= 1:
             raise ConfigError(f"--dilation must be >= 1, got {self.dilation}")
         parse_exchange(self.exchange)
+        if self.compute not in COMPUTE_MODELS:
+            raise ConfigError(f"unknown --compute {self.compute!r} (known: "
+                              f"{', '.join(COMPUTE_MODELS)})")
+        if self.chunks < 1 or (self.chunks > 1) != (self.schedule == "interleaved"):
+            raise ConfigError("--chunks V > 1 goes with --schedule interleaved (and only then)")
 
     @property
     def link_params(self) -> LinkParams:
@@ -169,25 +182,47 @@ def simulate(cfg: SimConfig) -> dict[str, Any]:
     exchange = _exchange_model(cfg, par.dp)
     coll = Collectives(net, par, exchange, cfg.algorithm, cfg.alpha_us * 1e-6,
                        cfg.hop_latency_us * 1e-6)
-    per_sample = iteration_time(model, acc, 1, cfg.efficiency)
-    mb = par.batch / par.micro_batches
-    scale = mb / par.tp * cfg.dilation
-    fwd = [t * scale for _, t in per_sample.forward]
-    bwd = [t * scale for _, t in reversed(per_sample.backward)]   # forward order
+    fwd, bwd = _layer_times(cfg, model, acc, par)
+    parts = None
+    if cfg.chunks > 1:
+        bounds = np.cumsum([0] + [len(p) for p in stages(model, par.pp * cfg.chunks)])
+        parts = [(int(a), int(b)) for a, b in zip(bounds, bounds[1:])]
     builder = StagePlanner(model, par, coll, fwd, bwd, sharded,
-                           int(cfg.bucket_mb * 2**20))
+                           int(cfg.bucket_mb * 2**20), parts=parts, recompute=cfg.recompute)
     plans = builder.plans()
     t_plan = time.perf_counter()
     used = sorted({st.pattern for c in builder.calls for st in c.steps}, key=repr)
     sharing = Sharing([net.patterns[k] for k in used], net.cap_Bps)
-    timeline = simulate_schedule(plans, par.micro_batches, sharing, cfg.schedule)
+    timeline = simulate_schedule(plans, par.micro_batches, sharing, cfg.schedule, cfg.chunks)
     pipeline = simulate_schedule(compute_only(plans), par.micro_batches, sharing,
-                                 cfg.schedule).iteration_s
+                                 cfg.schedule, cfg.chunks).iteration_s
     t_sched = time.perf_counter()
     return _report(cfg, model, topo, par, net, exchange, builder.calls, timeline, pipeline,
                    {"topology_s": t_topo - t0, "network_s": t_net - t_topo,
                     "plan_s": t_plan - t_net, "schedule_s": t_sched - t_plan,
                     "total_s": t_sched - t0})
+
+
+def _layer_times(cfg: SimConfig, model: ModelTable, acc: Any,
+                 par: Parallelism) -> tuple[list[float], list[float]]:
+    """Step 2: forward and backward seconds per layer, per micro-batch and rank (x K):
+    ``flat`` from FLOPs at a fraction of peak, ``kernels`` kernel by kernel (GPT models:
+    :mod:`.megatron_compute`); with ``recompute`` the backward runs the forward again."""
+    mb = par.batch / par.micro_batches
+    if cfg.compute == "kernels":
+        tcfg = CONFIGS.get(model.name)
+        if tcfg is None or tcfg.style != "gpt":
+            gpts = ", ".join(n for n, c in CONFIGS.items() if c.style == "gpt")
+            raise ConfigError(f"--compute kernels prices GPT models ({gpts}), not {model.name}")
+        fwd, bwd = gpt_layer_times(tcfg, KernelModel(acc), mb, par.tp, cfg.recompute)
+        return [t * cfg.dilation for t in fwd], [t * cfg.dilation for t in bwd]
+    per_sample = iteration_time(model, acc, 1, cfg.efficiency)
+    scale = mb / par.tp * cfg.dilation
+    fwd = [t * scale for _, t in per_sample.forward]
+    bwd = [t * scale for _, t in reversed(per_sample.backward)]   # forward order
+    if cfg.recompute:
+        bwd = [b + f for f, b in zip(fwd, bwd)]
+    return fwd, bwd
 
 
 def _report(cfg: SimConfig, model: ModelTable, topo: Topology, par: Parallelism,
