@@ -152,3 +152,9 @@ def test_torus_rings_follow_the_physical_grid(spec: str) -> None:
     t = coll_.allreduce("dp", 0, N).alone_s(net)
     injection = topo.injection_gbps * 1e9 / 8
     assert t == pytest.approx(2 * (n - 1) / n * N / injection, rel=1e-9)
+
+
+def test_block_algorithms_without_a_block_size_that_fits_say_so() -> None:
+    for name in ("rails", "hierarchical"):
+        with pytest.raises(ConfigError, match="no block size"):
+            allreduce_phases(name, 7)

@@ -298,6 +298,7 @@ BAD = {
     "unknown group": ([[_coll(1, pg="5")], [_coll(1, pg="5")]], {"1": [0, 1]},
                       "unknown communicator group '5'"),
     "group id 0": ([[_coll(1)], [_coll(1)]], {"0": [0, 1]}, "integer >= 1"),
+    "rank twice": ([[_coll(1, pg="1")], [_coll(1, pg="1")]], {"1": [0, 0]}, "a rank twice"),
     "float size": ([[_float_size()], [_coll(1)]], None, "must be an integer"),
     "no comm_size": ([[TraceNode(1, "c", 7, attrs={"comm_type": 0})], [_coll(1)]], None,
                      "needs attribute 'comm_size'"),

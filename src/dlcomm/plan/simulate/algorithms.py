@@ -187,12 +187,16 @@ def allreduce_phases(name: str, g: int, layout: np.ndarray | None = None) -> lis
             h = int(arg) if arg else (hierarchy_sizes(g) or [0])[-1]
         except ValueError:
             raise ConfigError(f"bad hierarchical block size {arg!r}") from None
+        if not h:
+            raise ConfigError(f"hierarchical: no block size of 2, 4 or 8 splits a group of {g}")
         return _hierarchical_phases(g, h)
     if base == "rails":
         try:
             h = int(arg) if arg else (hierarchy_sizes(g) or [0])[-1]
         except ValueError:
             raise ConfigError(f"bad rails block size {arg!r}") from None
+        if not h:
+            raise ConfigError(f"rails: no block size of 2, 4 or 8 splits a group of {g}")
         return _rails_phases(g, h)
     raise ConfigError(f"unknown all-reduce algorithm {name!r} (known: {', '.join(ALLREDUCE)})")
 

@@ -312,6 +312,8 @@ def _read_groups(path: Path, ranks: int) -> dict[str, list[int]]:
                 type(r) is int and 0 <= r < ranks for r in members)):
             raise ConfigError(f"communicator groups {path}: group {key} must list ranks "
                               f"0..{ranks - 1}")
+        if len(set(members)) != len(members):
+            raise ConfigError(f"communicator groups {path}: group {key} lists a rank twice")
     return {str(int(k)): list(v) for k, v in doc.items()}
 
 

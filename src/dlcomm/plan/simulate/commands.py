@@ -275,7 +275,7 @@ def reproduce_cmd(which: str, json_path: str | None, plot: str | None, quiet: bo
               help="ASTRA-sim communicator groups JSON (default: comm_group.json beside).")
 @click.option("--algorithm", help="All-reduce: trace (default: the trace's algorithm where it "
               "applies, else best), best, ring, tree, halving-doubling, doubling, torus, "
-              "hierarchical[:H].")
+              "hierarchical[:H], rails[:H].")
 @click.option("--alpha-us", type=float, help="Latency per message (us; default 1).")
 @click.option("--hop-latency-us", type=float, help="Latency per link (us; default 0.5).")
 @click.option("--link-rate", help="Link rate (default 400gbit).")
