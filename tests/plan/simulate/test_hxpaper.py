@@ -45,8 +45,8 @@ def test_saving_is_cost_times_overhead_ratio() -> None:
     assert relative_saving(10.0, 1.0, 1.0, 2.0) == pytest.approx(5.0)
     assert relative_saving(3.0, 2.0, 6.0, 1.0) == pytest.approx(1.0)
     # the transcribed tables agree with each other: the paper-implied costs were solved
-    # from these plotted savings and overheads, so this guards the transcription (a typo in
-    # any cell fails it), not the reproduction (test_hx4_over_the_fat_tree_within_15_percent_of_fig16)
+    # from these plotted savings and overheads, so this guards the transcription (a typo
+    # in any cell fails it), not the reproduction (the within-15% test below)
     for hx, table in PAPER_SAVING.items():
         for w, plotted in table.items():
             o = ARTIFACT_OVERHEAD_S[w]
