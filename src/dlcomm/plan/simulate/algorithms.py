@@ -166,6 +166,17 @@ def _rails_phases(g: int, h: int) -> list[Phase]:
 ALLREDUCE = ("ring", "tree", "halving-doubling", "doubling", "torus", "hierarchical", "rails")
 
 
+def _block_size(name: str, arg: str, g: int) -> int:
+    """The H of ``name:H``, or the largest of 2, 4, 8 that splits the group."""
+    try:
+        h = int(arg) if arg else (hierarchy_sizes(g) or [0])[-1]
+    except ValueError:
+        raise ConfigError(f"bad {name} block size {arg!r}") from None
+    if not h:
+        raise ConfigError(f"{name}: no block size of 2, 4 or 8 splits a group of {g}")
+    return h
+
+
 def allreduce_phases(name: str, g: int, layout: np.ndarray | None = None) -> list[Phase]:
     """The phases of host-based all-reduce ``name`` (``hierarchical:H`` for blocks of H);
     ``layout``: the members as a grid (their places on a torus or mesh) for ``torus``."""
@@ -182,22 +193,9 @@ def allreduce_phases(name: str, g: int, layout: np.ndarray | None = None) -> lis
         return _xor_rounds(g, base, halving=False)
     if base == "torus":
         return _torus_phases(g, layout)
-    if base == "hierarchical":
-        try:
-            h = int(arg) if arg else (hierarchy_sizes(g) or [0])[-1]
-        except ValueError:
-            raise ConfigError(f"bad hierarchical block size {arg!r}") from None
-        if not h:
-            raise ConfigError(f"hierarchical: no block size of 2, 4 or 8 splits a group of {g}")
-        return _hierarchical_phases(g, h)
-    if base == "rails":
-        try:
-            h = int(arg) if arg else (hierarchy_sizes(g) or [0])[-1]
-        except ValueError:
-            raise ConfigError(f"bad rails block size {arg!r}") from None
-        if not h:
-            raise ConfigError(f"rails: no block size of 2, 4 or 8 splits a group of {g}")
-        return _rails_phases(g, h)
+    if base in ("hierarchical", "rails"):
+        h = _block_size(base, arg, g)
+        return _hierarchical_phases(g, h) if base == "hierarchical" else _rails_phases(g, h)
     raise ConfigError(f"unknown all-reduce algorithm {name!r} (known: {', '.join(ALLREDUCE)})")
 
 
