@@ -152,3 +152,27 @@ def test_a_relaxation_that_costs_time_is_reverted():
     assert methods[4] == "powersgd" and "fp16" in methods and methods[-1] == "powersgd"
     assert any(d.get("reverted") for d in policy.decisions)
     assert ("0:150000", "fp16") in policy.banned
+
+
+def test_direct_path_releases_once_when_the_inner_exchange_raises():
+    """A failing inner exchange: the caller sees the error, and the policy is free again
+    (one release, not two: the next call is not mistaken for a second owner)."""
+    from dlcomm.exchange.compressed.direct import DirectPath
+
+    class Broken:
+        def stats(self):
+            class S:
+                bytes_sent = 0
+            return S()
+
+        def allreduce(self, flat, key):
+            raise RuntimeError("link down")
+
+    path = DirectPath()
+    assert path.try_enter()
+    with pytest.raises(RuntimeError, match="link down"):
+        try:
+            path.start(Broken(), None, CallRecord("b", 1, 0, "none"), lambda *a: None)
+        finally:
+            path.release()          # what CompressedExchange._direct does
+    assert path.in_flight == 0 and path.try_enter()

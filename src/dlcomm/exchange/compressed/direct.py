@@ -98,8 +98,4 @@ class DirectPath:
             rec.wire_bytes += moved
             rec.collectives.append((moved, seconds))
             finish(rec, total, error)
-        try:
-            inner.allreduce(flat, None).add_done_callback(done)
-        except BaseException:
-            self.release()
-            raise
+        inner.allreduce(flat, None).add_done_callback(done)   # a raise: the caller releases
