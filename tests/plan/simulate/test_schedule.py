@@ -119,3 +119,25 @@ def test_interleaved_needs_whole_rounds_and_chunks_need_it() -> None:
         interleaved_order(4, 0, 6, 2)
     with pytest.raises(ConfigError, match="interleaved schedule"):
         simulate_schedule(_pipeline(4, 1, 1), 4, Sharing([], np.zeros(0)), "1f1b", chunks=2)
+
+
+def test_deferred_buckets_wait_for_the_last_backward() -> None:
+    """A virtual stage's buckets are queued in its own last backward; deferred (Megatron's
+    own DDP), every chunk's wait for the device's last operation."""
+    net = star(4)
+    call = dp_collectives(net, 4).gradients("dp", 0, 0.8e9)   # 1.5 x 0.8 GB / B = 1.2 s
+    sharing = Sharing([net.patterns[call.steps[0].pattern]], net.cap_Bps)
+    plan = StagePlan([Segment(0.5)], [Segment(1.0, None, (0,))], None, None, [call])
+    t = 1.5 * 0.8e9 / RATE_BPS
+    overlapped = simulate_schedule([plan], 2, sharing)
+    deferred = simulate_schedule([plan], 2, sharing, defer=True)
+    # one chunk: its last backward is the device's last operation, so both agree
+    assert deferred.iteration_s == pytest.approx(3.0 + t)
+    assert overlapped.iteration_s == pytest.approx(2.0 + 1.0 + t)
+    two = [StagePlan([Segment(0.5)], [Segment(1.0, None, (0,))], _free(0), None, [call]),
+           StagePlan([Segment(0.5)], [Segment(1.0, None, (0,))], None, _free(0), [call])]
+    # two chunks on one device: chunk 1's backward ends at 2.0, chunk 0's at 3.0
+    over = simulate_schedule(two, 1, sharing, "interleaved", chunks=2)
+    late = simulate_schedule(two, 1, sharing, "interleaved", chunks=2, defer=True)
+    assert over.iteration_s == pytest.approx(2.0 + 2 * t)    # chunk 1's runs from 2.0
+    assert late.iteration_s == pytest.approx(3.0 + 2 * t)    # both after the last backward

@@ -338,8 +338,7 @@ def run_traces(traces: TraceSet, cfg: ExecConfig) -> dict[str, Any]:
     net = SimNetwork(topo, where)
     calls = GroupCalls(net, cfg.algorithm, cfg.alpha_us * 1e-6, cfg.hop_latency_us * 1e-6)
     ranks = _index(traces, calls)
-    used = sorted({st.pattern for ops in ranks for op in ops for st in op.steps}, key=repr)
-    sharing = Sharing([net.patterns[k] for k in used], net.cap_Bps)
+    sharing = net.sharing(st.pattern for ops in ranks for op in ops for st in op.steps)
     groups = {"0": list(range(n)), **traces.groups}
     run = _Executor(ranks, groups, sharing)
     iteration = run.run()
@@ -356,7 +355,7 @@ def run_traces(traces: TraceSet, cfg: ExecConfig) -> dict[str, Any]:
                "collectives": dict(run.met), "topology": topo.spec,
                "topology_name": topo.name, "topology_accelerators": topo.accelerators,
                "events": run.eng.events, "rate_solves": sharing.solves,
-               "patterns": len(used), "simulate_s": time.perf_counter() - t0}
+               "patterns": len(sharing.keys), "simulate_s": time.perf_counter() - t0}
     recorded = recorded_config(traces).get("iteration_s")
     if isinstance(recorded, (int, float)) and recorded > 0:
         summary["recorded_iteration_s"] = recorded

@@ -81,6 +81,11 @@ class SimNetwork:
         self.cap_Bps = self.net.cap * 1e9 / 8
         self.patterns: dict[Hashable, Pattern] = {}
 
+    def sharing(self, keys: Any) -> Sharing:
+        """The max-min sharing of the patterns named by ``keys`` (each once, in a fixed
+        order: the columns of the rate table)."""
+        return Sharing([self.patterns[k] for k in sorted(set(keys), key=repr)], self.cap_Bps)
+
     def grid_coords(self) -> np.ndarray | None:
         """Integer grid coordinates of every accelerator where the topology is a grid:
         a torus (its coordinates), HammingMesh and HyperX (global column bx a + i, global

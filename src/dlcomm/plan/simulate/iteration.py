@@ -43,10 +43,10 @@ from dlcomm.plan.simulate.collective import (
     measure_compression,
     parse_exchange,
 )
-from dlcomm.plan.simulate.fluid import Sharing, SimNetwork
+from dlcomm.plan.simulate.fluid import SimNetwork
 from dlcomm.plan.simulate.megatron_compute import gpt_layer_times
-from dlcomm.plan.simulate.plans import StagePlanner
-from dlcomm.plan.simulate.schedule import SCHEDULES, compute_only, simulate_schedule
+from dlcomm.plan.simulate.plans import StagePlanner, run_plans
+from dlcomm.plan.simulate.schedule import SCHEDULES
 from dlcomm.plan.topology import LinkParams, Topology, build_topology, sized_spec
 from dlcomm.plan.traffic import Parallelism, iteration_traffic, parse_parallelism, stages
 from dlcomm.registry import parse_spec
@@ -191,11 +191,8 @@ def simulate(cfg: SimConfig) -> dict[str, Any]:
                            int(cfg.bucket_mb * 2**20), parts=parts, recompute=cfg.recompute)
     plans = builder.plans()
     t_plan = time.perf_counter()
-    used = sorted({st.pattern for c in builder.calls for st in c.steps}, key=repr)
-    sharing = Sharing([net.patterns[k] for k in used], net.cap_Bps)
-    timeline = simulate_schedule(plans, par.micro_batches, sharing, cfg.schedule, cfg.chunks)
-    pipeline = simulate_schedule(compute_only(plans), par.micro_batches, sharing,
-                                 cfg.schedule, cfg.chunks).iteration_s
+    timeline, pipeline = run_plans(net, builder, plans, par.micro_batches, cfg.schedule,
+                                   cfg.chunks)
     t_sched = time.perf_counter()
     return _report(cfg, model, topo, par, net, exchange, builder.calls, timeline, pipeline,
                    {"topology_s": t_topo - t0, "network_s": t_net - t_topo,

@@ -16,11 +16,18 @@ from typing import Any
 import numpy as np
 
 from dlcomm.plan.simulate.collective import Call, Collectives
-from dlcomm.plan.simulate.schedule import Segment, StagePlan
+from dlcomm.plan.simulate.fluid import SimNetwork
+from dlcomm.plan.simulate.schedule import (
+    Segment,
+    StagePlan,
+    Timeline,
+    compute_only,
+    simulate_schedule,
+)
 from dlcomm.plan.traffic import Parallelism, _is_mlp, _pairs, stages, vocab_parallel
 from dlcomm.workloads.catalog import ModelTable, gradient_buckets
 
-__all__ = ["StagePlanner"]
+__all__ = ["StagePlanner", "run_plans"]
 
 _SPLIT = ("linear", "conv", "embedding")   # layer kinds whose parameters TP splits
 
@@ -143,6 +150,16 @@ class StagePlanner:
             if has_prev else None
         self.calls.extend(c for c in (send_f, send_b) if c is not None)
         return send_f, send_b
+
+
+def run_plans(net: SimNetwork, planner: StagePlanner, plans: list[StagePlan], micro: int,
+              schedule: str, chunks: int = 1, defer: bool = False) -> tuple[Timeline, float]:
+    """Schedule ``plans`` on ``net`` (step 7): the iteration, and what the pipeline alone
+    (compute and bubble, no communication) takes."""
+    sharing = net.sharing(st.pattern for c in planner.calls for st in c.steps)
+    timeline = simulate_schedule(plans, micro, sharing, schedule, chunks, defer)
+    alone = simulate_schedule(compute_only(plans), micro, sharing, schedule, chunks)
+    return timeline, alone.iteration_s
 
 
 def _segments(order: Any, times: list[float], pre: dict[int, list[Call]],
