@@ -1,6 +1,7 @@
 """The native switch as a service: `--dataplane`, `--threads`, a clear error when the native
 code is missing, several packet threads summing one job's rounds exactly, the slow path
-for jobs the Python dataplane serves, and counters merged from both."""
+for jobs the Python dataplane serves (more than 64 workers; sparse jobs are native), and
+counters merged from both."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import time
 
 import numpy as np
 
+from dlcomm.native.switch import MAX_NATIVE_WORKERS
+from dlcomm.switch.registrations import Limits
 from dlcomm.testing.tenant import own_job
-from dlcomm.wire.packet import DATA, RESULT, Header, decode_header
+from dlcomm.wire.packet import ANNOUNCE, DATA, RESULT, SPARSE, Header, decode_header
 from tests.conftest import run_dlcomm
 from tests.native.twins import needs_native
 from tests.switch.live import live_switch
@@ -52,24 +55,31 @@ def test_two_packet_threads_sum_every_round_exactly():
         assert len(live.server.sockets) == 2
 
 
-def test_a_sparse_job_takes_the_slow_path_and_counts_merge():
-    with live_switch() as live:
+def test_a_large_job_takes_the_slow_path_sparse_ones_do_not_and_counts_merge():
+    # 65 control connections from one address: above the defaults' per-source limits
+    with live_switch(limits=Limits(registrations_per_minute=1000,
+                                   max_connections_per_source=1000)) as live:
+        large = own_job(live.address, live.fp, workers=MAX_NATIVE_WORKERS + 1, k=8, slots=1)
         sparse = own_job(live.address, live.fp, workers=2, k=64, slots=2, block=32)
         dense = own_job(live.address, live.fp, workers=2, k=8, slots=4)
         try:
             assert all(rounds(dense, live.address, 4, 2))
-            # a malformed sparse DATA reaches the Python dataplane (and is counted there)
-            sparse.send(0, Header(DATA, sparse.job, 0, 0, 64, 0, 0, 0, flags=0x08),
+            # a malformed DATA of the large job reaches the Python dataplane (counted there);
+            # a malformed sparse one is dropped by the native one
+            large.send(0, Header(DATA, large.job, 0, 0, 8, 0, 0, 0), b"\x01" * 10,
+                       live.address)
+            sparse.send(0, Header(DATA, sparse.job, 0, 0, 64, 0, 0, 0, flags=SPARSE | ANNOUNCE),
                         b"\x01" * 10, live.address)
             deadline = time.monotonic() + 5
-            while live.counter("packets_in") < 9 and time.monotonic() < deadline:
+            while live.counter("packets_in") < 10 and time.monotonic() < deadline:
                 time.sleep(0.02)
             counters = live.server.stats()["counters"]
-            assert counters["slow_path"] >= 1 and counters["completions"] == 4
-            assert counters["packets_in"] >= 9   # native's and Python's, merged
+            assert counters["slow_path"] == 1 and counters["completions"] == 4
+            assert counters["drop_length"] == 2   # one in each dataplane
+            assert counters["packets_in"] >= 10   # native's and Python's, merged
         finally:
-            sparse.close()
-            dense.close()
+            for job in (large, sparse, dense):
+                job.close()
 
 
 def test_threads_need_the_native_dataplane_and_a_missing_library_says_so(tmp_path,

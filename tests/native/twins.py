@@ -35,9 +35,9 @@ class Twins:
         self.core.close()
 
     def register(self, addresses, slots: int, k: int, auth: int = 1,
-                 multicast_port: int | None = None) -> Job:
+                 multicast_port: int | None = None, block: int = 0) -> Job:
         job = self.table.register(list(addresses), slots, k, auth=auth,
-                                  multicast_port=multicast_port)
+                                  multicast_port=multicast_port, block=block)
         self.python.add_job(job)
         self.core.add_job(spec_of(job))
         self.jobs.append(job)
@@ -64,3 +64,39 @@ class Twins:
         assert info is not None
         py = (dict(Counter(job.counters)), job.failure, self.python.waiting(job.job_id, now))
         return py, (info.counters, info.failure, info.waiting)
+
+
+class Tee(Dataplane):
+    """A Python dataplane that feeds every datagram to a native core as well and checks
+    that both send the same bytes (for :func:`dlcomm.testing.fakenet.aggregate`: live
+    workers drive it through rounds with loss, duplication and reordering)."""
+
+    def __init__(self, table: JobTable) -> None:
+        from dlcomm.native.switch import Core, Probe
+
+        super().__init__(table)
+        self.core = Core()
+        self.probe = Probe(self.core)
+        self.compared = 0
+
+    def add_job(self, job: Job) -> None:
+        super().add_job(job)
+        self.core.add_job(spec_of(job))
+        if job.live:
+            self.core.set_live(job.job_id)
+
+    def on_datagram(self, data, src, now: float = 0.0):
+        py = super().on_datagram(data, src, now)
+        expected = [(addr, b"".join(bytes(p) for p in parts)) for addr, parts in py]
+        assert self.probe.process(bytes(data), src, now) == expected
+        self.compared += 1
+        return py
+
+    def counters_agree(self) -> bool:
+        py = {k: v for k, v in self.counters.items() if v}
+        native = {k: v for k, v in self.core.counters().items() if k not in NATIVE_ONLY}
+        return py == native
+
+    def close(self) -> None:
+        self.probe.close()
+        self.core.close()

@@ -47,6 +47,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "dlc_switch_free": (None, [C.c_void_p]),
     "dlc_job_add": (C.c_int, [C.c_void_p, C.c_int, C.c_int, u32p, u16p, C.c_int, C.c_int,
                               C.c_int32, C.c_int, u8p, C.c_uint32, C.c_uint16, C.c_int]),
+    "dlc_job_sparse": (C.c_int, [C.c_void_p, C.c_int, C.c_int]),
     "dlc_job_remove": (C.c_int, [C.c_void_p, C.c_int]),
     "dlc_job_set_live": (C.c_int, [C.c_void_p, C.c_int, C.c_int]),
     "dlc_job_info": (C.c_int, [C.c_void_p, C.c_int, u64p, C.POINTER(C.c_double), C.c_char_p,

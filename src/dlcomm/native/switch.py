@@ -59,6 +59,7 @@ class JobSpec:
     keys: bytes                              # wire/auth.all_key_bytes, b"" in mode none
     group: tuple[str, int] | None = None
     python: bool = False                     # served by the Python dataplane (slow path)
+    block: int = 0                           # sparse rounds: the block size (0: dense only)
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,10 @@ class Core:
         rc = self.lib.dlc_job_add(self.handle, spec.job_id, n, ips, ports, spec.slot_count,
                                   spec.k, spec.limit, spec.auth, keys, group_ip, group_port,
                                   int(spec.python))
+        if rc == 0 and spec.block and not spec.python:
+            rc = self.lib.dlc_job_sparse(self.handle, spec.job_id, spec.block)
+            if rc:
+                self.lib.dlc_job_remove(self.handle, spec.job_id)
         if rc == -2:
             raise MemoryError(f"cannot allocate job {spec.job_id}'s slots")
         if rc:

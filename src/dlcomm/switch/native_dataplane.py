@@ -1,8 +1,8 @@
 """The switch dataplane with its dense jobs in native code (dlcomm.native.switch).
 
-A dense job of at most 64 workers is served by the C dataplane, rule for rule the one of
-:mod:`dlcomm.switch.dataplane`; a sparse job, or a larger one, by that Python dataplane,
-which this class also is: its datagrams reach it through the native slow path. The Python
+A job of at most 64 workers, dense or sparse, is served by the C dataplane, rule for rule
+the one of :mod:`dlcomm.switch.dataplane`; a larger one by that Python dataplane, which
+this class also is: its datagrams reach it through the native slow path. The Python
 objects of native jobs (:class:`~dlcomm.switch.jobs.Job`) learn their counters, last packet
 and failure from :meth:`NativeDataplane.sync`, which the server calls several times a
 second and before every statistics answer.
@@ -21,7 +21,7 @@ __all__ = ["NativeDataplane", "spec_of", "served_natively"]
 
 
 def served_natively(job: Job) -> bool:
-    return not job.block and job.workers <= MAX_NATIVE_WORKERS
+    return job.workers <= MAX_NATIVE_WORKERS
 
 
 def spec_of(job: Job) -> JobSpec:
@@ -30,11 +30,11 @@ def spec_of(job: Job) -> JobSpec:
     keys = all_key_bytes(job.secret, job.job_id, job.workers) \
         if native and job.auth != AUTH_NONE else b""
     return JobSpec(job.job_id, job.addresses, job.slot_count, job.k, job.limit, job.auth,
-                   keys, job.group, python=not native)
+                   keys, job.group, python=not native, block=job.block)
 
 
 class NativeDataplane(Dataplane):
-    """Dense jobs in C, the others in Python (module docstring)."""
+    """Jobs of at most 64 workers in C, the others in Python (module docstring)."""
 
     def __init__(self, table: JobTable, core: Core) -> None:
         super().__init__(table)

@@ -115,7 +115,8 @@ class AggregateResult:
 
 
 def _switches(fnet: FakeNet, workers: list[Address], shards: int, window: int, k: int,
-              multicast: bool, sparse_block: int, auth: int
+              multicast: bool, sparse_block: int, auth: int,
+              dataplane: Callable[[JobTable], Dataplane] = Dataplane,
               ) -> tuple[list[Address], list[Dataplane], list[list[Shard]]]:
     """``shards`` switches on the fake net, each with the job registered (and live, as if
     every rank had attached): their addresses, dataplanes, and each worker's view of them
@@ -129,7 +130,7 @@ def _switches(fnet: FakeNet, workers: list[Address], shards: int, window: int, k
                              multicast_port=7000 if multicast else None, block=sparse_block,
                              auth=auth)
         job.live = True
-        dp = Dataplane(table)
+        dp = dataplane(table)
         dp.add_job(job)
         dataplanes.append(dp)
         for rank, view in enumerate(views):
@@ -214,18 +215,20 @@ def aggregate(inputs: list[np.ndarray], k: int = 256, window: int = 4, shards: i
               multicast: bool = True, max_time_s: float = 3600.0,
               before: Callable[[FakeNet, list[Dataplane]], None] | None = None,
               ops_per_worker: int = 1, sparse_block: int = 0,
-              threshold: float = 0.0, auth: int = AUTH_MAC) -> AggregateResult:
+              threshold: float = 0.0, auth: int = AUTH_MAC,
+              dataplane: Callable[[JobTable], Dataplane] = Dataplane) -> AggregateResult:
     """Sum ``inputs`` (one float32 array per worker) through switches over a FakeNet.
 
     ``ops_per_worker`` consecutive all-reduces of the same inputs are run, as a trainer
     does step after step (slot sequence numbers continue across them). ``before`` may add
     extra traffic (e.g. a forger) before the run starts. ``sparse_block`` > 0 runs sparse
-    streaming aggregation with blocks of that size.
+    streaming aggregation with blocks of that size. ``dataplane`` makes each switch's
+    dataplane from its job table (the job is added afterwards, already live).
     """
     fnet = FakeNet(net)
     addresses: list[Address] = [(f"10.0.0.{i + 1}", 7000) for i in range(len(inputs))]
     switch_addrs, dataplanes, shard_list = _switches(fnet, addresses, shards, window, k,
-                                                     multicast, sparse_block, auth)
+                                                     multicast, sparse_block, auth, dataplane)
     if before is not None:
         before(fnet, dataplanes)
     run = _Workers(addresses, inputs, fnet, shard_list, k, timing, ops_per_worker, sparse_block,

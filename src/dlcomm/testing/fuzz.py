@@ -47,6 +47,7 @@ from dlcomm.wire.packet import (
 )
 from dlcomm.wire.quant import EXP_NONFINITE, EXP_ZERO, value_limit
 from dlcomm.wire.sparse import Blocks, data_width, pack_masks
+from dlcomm.wire.sparse import decode as decode_sparse
 from dlcomm.wire.sparse import encode as encode_sparse
 
 __all__ = ["FuzzTarget", "Mutator", "KINDS"]
@@ -166,6 +167,8 @@ class Mutator:
         values = dict(slot=header.slot, numel=header.numel, seq=header.seq, exp=header.exp)
         if field == 0:
             values["exp"] = rng.choice((-32000, 200, 30000, -149))
+        elif field == 1 and header.flags & SPARSE and header.numel:
+            return header, self._sparse_beyond_limit(header, payload)
         elif field == 1:
             limit = value_limit(t.workers)
             return header, np.full(max(1, len(payload) // 4), rng.choice(
@@ -181,6 +184,17 @@ class Mutator:
         return Header(header.type, header.job, header.worker, values["slot"],
                       values["numel"], values["seq"] & 0xFFFFFFFF, header.tsi,
                       values["exp"], flags=header.flags), payload
+
+    def _sparse_beyond_limit(self, header: Header, payload: bytes) -> bytes:
+        """A coherent sparse contribution with one value just beyond the job's limit."""
+        t = self.target
+        m = t.k // t.block
+        head, part = decode_sparse(payload, header.numel, t.block, data_width(m))
+        values = part.values.copy()
+        limit = value_limit(t.workers)
+        values.reshape(-1)[self.rng.randrange(values.size)] = self.rng.choice(
+            (limit + 1, -limit - 1))
+        return encode_sparse(head, Blocks(part.groups, part.mask, values))
 
     def _round_packets(self, slot: int, seq: int) -> list[tuple[Header, bytes]]:
         """Every rank's packet of round ``seq`` on ``slot``: dense, or for a sparse job an

@@ -34,15 +34,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dlcomm.errors import ExchangeError
+from dlcomm.exchange.switch.sparse_kernels import PYTHON, SparseKernels, peaks_of_present
 from dlcomm.exchange.switch.window import AllreduceOp, Send, _Position
 from dlcomm.wire.packet import ANNOUNCE, DATA, HEADER_SIZE, MAX_DATAGRAM, RUN, SPARSE, Header
 from dlcomm.wire.quant import (
     EXP_NONFINITE,
     EXP_ZERO,
     dequantize_into,
-    dequantize_rows,
     exponents_of_peaks,
-    quantize_rows,
 )
 from dlcomm.wire.sparse import (
     LOOKAHEAD,
@@ -54,15 +53,11 @@ from dlcomm.wire.sparse import (
     decode,
     encode,
     pack_masks,
-    present_blocks,
     signed32,
     zero_absent_blocks,
 )
 
 __all__ = ["SparseAllreduceOp"]
-
-
-FEW_BLOCKS = 0.25  # below this density the peaks are taken of the present blocks only
 
 
 @dataclass
@@ -72,19 +67,19 @@ class SparseAllreduceOp(AllreduceOp):
     presence: Presence | None = None  # the data's present blocks, if the caller looked
     plans: dict[int, dict[int, int]] = field(default_factory=dict)  # position -> group -> exp
     runs: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # dense runs left
+    kernels: SparseKernels = PYTHON  # the hot loops: the reference, or the native ones
 
     def _prepare(self) -> np.ndarray:
         """Find the blocks to send and the chunk exponents (the hot pass over the data).
 
         Blocks above ``threshold`` travel (0 = every block with a value other than +-0;
-        NaN blocks always, so that all workers see them). With threshold 0 one integer
-        reduction finds them (and the absent blocks that hold a -0.0), and the peaks
-        (max |x|) are taken of the present blocks only, or of all blocks when many are
-        present; with a threshold, every block's peak decides. A chunk's exponent comes
-        from the largest peak among its blocks that are sent: with threshold 0 that is the
-        chunk's max |x|, the dense exponent. Absent blocks are then cleared to +0.0 (they
-        may hold -0.0 or, with a threshold, small values), so that the output's zeros are
-        exactly what dense mode gives.
+        NaN blocks always, so that all workers see them). With threshold 0 one pass
+        (``kernels.scan``) finds them, the absent blocks that hold a -0.0, and the peaks
+        (max |x|) of the present ones; with a threshold, every block's peak decides. A
+        chunk's exponent comes from the largest peak among its blocks that are sent: with
+        threshold 0 that is the chunk's max |x|, the dense exponent. Absent blocks are then
+        cleared to +0.0 (they may hold -0.0 or, with a threshold, small values), so that
+        the output's zeros are exactly what dense mode gives.
         """
         b = self.block
         if b < 1 or self.k % b:
@@ -96,13 +91,10 @@ class SparseAllreduceOp(AllreduceOp):
             if known is not None and known.block == b and \
                     len(known.present) == -(-len(self.data) // b):
                 self.mask, negative_zero = known.present, known.negative_zero
+                sent[: len(self.mask)] = peaks_of_present(self.data, b, self.mask)
             else:
-                self.mask, negative_zero = present_blocks(self.data, b)
-            present = np.flatnonzero(self.mask)
-            if len(present) < FEW_BLOCKS * len(self.mask):  # peaks only where blocks are
-                sent[present] = block_peaks(self.data, b, present)
-            else:
-                sent[: len(self.mask)] = np.where(self.mask, block_peaks(self.data, b), 0.0)
+                self.mask, negative_zero, peaks = self.kernels.scan(self.data, b)
+                sent[: len(self.mask)] = peaks
             keep = ~negative_zero  # an absent block holds +-0: clear just the -0.0 ones
         else:
             peaks = block_peaks(self.data, b)
@@ -158,33 +150,19 @@ class SparseAllreduceOp(AllreduceOp):
         self.last_progress = now
         return [self._announce(pos, now) for pos in self.positions]
 
-    def _gather(self, blocks: np.ndarray) -> np.ndarray:
-        """Rows of the data for global block indices (the tensor's last block zero-padded)."""
-        b, full = self.block, len(self.data) // self.block
-        rows = self.data[: full * b].reshape(full, b)[np.minimum(blocks, max(full - 1, 0))] \
-            if full else np.zeros((len(blocks), b), np.float32)
-        partial = blocks >= full
-        if partial.any():
-            tail = np.zeros(b, np.float32)
-            tail[: len(self.data) - full * b] = self.data[full * b:]
-            rows[partial] = tail
-        return rows
-
     def _send_groups(self, pos: _Position, mine: np.ndarray, plan: dict[int, int],
                      now: float) -> Send:
         """Send this worker's non-zero blocks of the planned groups it has (``mine``, maybe
         none): one gather and one quantization for all of them, exponent per group."""
         self._next_round(pos)
-        masks = self.group_mask[mine]                              # (groups, m)
-        counts = masks.sum(axis=1)
-        blocks = (mine[:, None] * self.m + np.arange(self.m))[masks]
-        e_rows = np.repeat(np.array([plan[int(g)] for g in mine], dtype=np.int64), counts)
-        q = quantize_rows(self._gather(blocks), e_rows, self.workers) \
-            if len(blocks) else np.zeros((0, self.block), np.int32)
+        exps = np.array([plan[int(g)] for g in mine], dtype=np.int64)
+        q = self.kernels.quantize(self.data, self.block, self.m, mine, self.group_mask, exps,
+                                  self.workers)
         self.cursor[pos.index] += len(mine)
         pos.chunk = min(plan)
         pos.header = self._header(pos, q.size, min(plan) * self.k)
-        pos.payload = np.frombuffer(encode(self._look(pos.index), Blocks(mine, masks, q)),
+        pos.payload = np.frombuffer(encode(self._look(pos.index),
+                                           Blocks(mine, self.group_mask[mine], q)),
                                     dtype=np.uint8)
         return self._send(pos, now)
 
@@ -194,16 +172,9 @@ class SparseAllreduceOp(AllreduceOp):
         each group with its agreed exponent ``exps``."""
         if not len(part.groups):
             return
-        b, m = self.block, self.m
-        segment, block = np.nonzero(part.mask)
-        blocks = part.groups[segment] * m + block
-        rows = dequantize_rows(part.values, exps[segment], self.workers)
-        self.union_blocks += len(blocks)
-        full = len(self.out) // b
-        inside = blocks < full
-        self.out[: full * b].reshape(full, b)[blocks[inside]] = rows[inside]
-        if not inside.all():  # the tensor's partial last block
-            self.out[full * b:] = rows[~inside][0, : len(self.out) - full * b]
+        self.kernels.dequantize(self.out, self.block, self.m, part.groups, part.mask,
+                                part.values, exps, self.workers)
+        self.union_blocks += int(np.count_nonzero(part.mask))
 
     def _announce(self, pos: _Position, now: float) -> Send:
         """An announce round: no values, this worker's look-ahead (after a dense run)."""
@@ -247,7 +218,7 @@ class SparseAllreduceOp(AllreduceOp):
         if exps and (part.mask.shape[1] != self.m or None in exps):
             return None  # not this round's result
         self._write(part, np.array(exps, dtype=np.int64))
-        plan = {int(g): int(e) for g, e in zip(head[:, 0], signed32(head[:, 1]))}
+        plan = dict(zip(head[:, 0].tolist(), signed32(head[:, 1]).tolist()))
         self.plans[pos.index] = plan
         if not plan:
             pos.done = True

@@ -3,10 +3,9 @@ estimate (window.py's AllreduceOp and the native client, csrc/client.c, use the 
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
 from dataclasses import dataclass
-
-import numpy as np
 
 __all__ = ["Timing", "RttEstimator"]
 
@@ -55,7 +54,7 @@ class RttEstimator:
         self._fresh += 1
         if self._fresh >= self.REFRESH or len(self.samples) < self.REFRESH:
             self._fresh = 0
-            self._median = float(np.median(self.samples))
+            self._median = statistics.median(self.samples)  # numpy's costs 60x on 16-128
 
     def timeout(self, backoff: int = 0) -> float:
         t = self.timing

@@ -23,8 +23,10 @@ import torch
 
 from dlcomm.errors import ExchangeError
 from dlcomm.exchange.switch.native_ops import usable
+from dlcomm.exchange.switch.sparse_kernels import PYTHON, native_kernels
 from dlcomm.exchange.switch.sparse_window import SparseAllreduceOp
 from dlcomm.exchange.switch.window import AllreduceOp, RttEstimator, Send, Shard, Timing
+from dlcomm.native import available
 from dlcomm.wire.sparse import Presence
 
 if TYPE_CHECKING:
@@ -88,6 +90,8 @@ class Transport:
         self.stats = TransportStats()
         self.broken: ExchangeError | None = None
         self.native: NativeOps | None = None
+        # sparse rounds: the window in Python, its quantization loops in C with the client
+        self.kernels = native_kernels() if client == "native" and available() else PYTHON
         if client == "native" and usable(workers, shards):
             from dlcomm.exchange.switch.native_ops import NativeOps
 
@@ -164,7 +168,8 @@ class Transport:
         if request.sparse:
             return SparseAllreduceOp(data, data, self.rank, self.workers, self.k, self.shards,
                                      self.seqs, self.timing, self.rtt, block=request.block,
-                                     threshold=request.threshold, presence=request.presence)
+                                     threshold=request.threshold, presence=request.presence,
+                                     kernels=self.kernels)
         return AllreduceOp(data, data, self.rank, self.workers, self.k, self.shards, self.seqs,
                            self.timing, self.rtt)
 

@@ -714,3 +714,86 @@ int dlc_client_run(dlc_client *c, double slice_s) {
     if (gro) setsockopt(c->fd, SOL_UDP, UDP_GRO, &zero, sizeof zero);
     return r < 0 ? r : state;
 }
+
+/* -- the worker's sparse rounds (exchange/switch/sparse_window.py) ---------------------- */
+static int log2_workers(int workers) {
+    int l = 1;
+    while ((1 << l) < workers) l++;
+    return l;
+}
+
+/* An agreed exponent as an int without overflow: beyond +-1000 every scale is already 0 or
+ * infinite (a switch agrees on valid exponents only: wire/quant.valid_exponent). */
+static int sane_exp(int64_t e) {
+    if (e == EXP_ZERO) return EXP_ZERO;
+    return e > 1000 ? 1000 : e < -1000 ? -1000 : (int)e;
+}
+
+/* The present blocks (mask: chunks x m, row-major) of the groups `groups`, gathered from x
+ * (n floats, the partial last block zero-padded) and quantized, each group with its agreed
+ * exponent: into q, b int32 per block. Returns the number of blocks. */
+long dlc_sparse_quantize(const float *x, size_t n, int b, int m, const int64_t *groups,
+                         int ng, const uint8_t *mask, const int64_t *exps, int workers,
+                         int32_t *q) {
+    int log2n = log2_workers(workers);
+    int32_t limit = (int32_t)((1u << (31 - log2n)) - 1);
+    long rows = 0;
+    for (int i = 0; i < ng; i++) {
+        const uint8_t *row = mask + (size_t)groups[i] * (size_t)m;
+        for (int j = 0; j < m; j++) {
+            if (!row[j]) continue;
+            size_t start = ((size_t)groups[i] * (size_t)m + (size_t)j) * (size_t)b;
+            size_t len = start >= n ? 0 : n - start < (size_t)b ? n - start : (size_t)b;
+            int32_t *out = q + (size_t)rows * (size_t)b;
+            quantize_into(out, x + start, len, sane_exp(exps[i]), log2n, limit);
+            if (len < (size_t)b) memset(out + len, 0, 4 * ((size_t)b - len));   /* zeros */
+            rows++;
+        }
+    }
+    return rows;
+}
+
+/* A result's summed blocks (mask: nseg x m) dequantized into out (n floats), group by
+ * group with its agreed exponent, blocks in order; a block past the tensor's last whole
+ * block goes to its tail, the first such one only (as the specification writes it). */
+void dlc_sparse_dequantize(float *out, size_t n, int b, int m, const int64_t *groups,
+                           int nseg, const uint8_t *mask, const int32_t *values,
+                           const int64_t *exps, int workers) {
+    int log2n = log2_workers(workers);
+    size_t full = n / (size_t)b, rows = 0;
+    int tail = 0;
+    for (int i = 0; i < nseg; i++)
+        for (int j = 0; j < m; j++) {
+            if (!mask[(size_t)i * (size_t)m + (size_t)j]) continue;
+            size_t blk = (size_t)groups[i] * (size_t)m + (size_t)j;
+            const int32_t *v = values + rows++ * (size_t)b;
+            if (blk < full)
+                dequantize_into(out + blk * (size_t)b, v, (size_t)b, sane_exp(exps[i]), log2n);
+            else if (!tail++)
+                dequantize_into(out + full * (size_t)b, v, n - full * (size_t)b,
+                                sane_exp(exps[i]), log2n);
+        }
+}
+
+/* One pass over x (n floats) per block of b: the block's peak max |x| (its bits: NaN and
+ * infinities order above every finite magnitude), whether it holds a value other than +-0
+ * (NaN included), and whether it holds only +-0 with at least one -0.0 (wire/sparse.py's
+ * present_blocks and block_peaks in one read). The partial last block counts too. */
+__attribute__((target_clones("avx2", "default")))
+void dlc_sparse_scan(const float *x, size_t n, int b, uint8_t *present, uint8_t *negative_zero,
+                     float *peaks) {
+    const uint32_t *restrict u = (const uint32_t *)(const void *)x;
+    size_t blocks = (n + (size_t)b - 1) / (size_t)b;
+    for (size_t i = 0; i < blocks; i++) {
+        size_t lo = i * (size_t)b, hi = lo + (size_t)b < n ? lo + (size_t)b : n;
+        uint32_t peak = 0, any = 0;
+        for (size_t j = lo; j < hi; j++) {
+            uint32_t a = u[j] & 0x7fffffffu;
+            peak = a > peak ? a : peak;
+            any |= u[j];
+        }
+        present[i] = peak != 0;
+        negative_zero[i] = peak == 0 && any != 0;
+        memcpy(&peaks[i], &peak, 4);
+    }
+}

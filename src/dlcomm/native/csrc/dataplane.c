@@ -41,9 +41,6 @@ double dlc_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int valid_exponent(int e) {
-    return (e >= -148 && e <= 128) || e == EXP_ZERO || e == EXP_NONFINITE;
-}
 
 static int older(uint32_t seq, int64_t current) {
     if (current < 0) return 0;
@@ -122,15 +119,27 @@ static int status(dlc_ctx *ctx, dlc_job *job, int slot, uint32_t seq, uint64_t w
 static dlc_hdr result_header(dlc_job *job, int slot, const dlc_copy *c) {
     dlc_hdr h = {.type = T_RESULT, .job = job->id, .worker = DLC_SWITCH_RANK,
                  .slot = (uint16_t)slot, .numel = c->numel, .seq = (uint32_t)c->seq,
-                 .tsi = c->tsi, .exp = (int16_t)c->exp};
+                 .tsi = c->tsi, .exp = (int16_t)c->exp,
+                 .flags = c->sparse ? F_SPARSE | (c->run ? F_RUN : 0) : 0};
     return h;
+}
+
+/* A result's frame (header room, body, tag room), its ciphertext frame and body length:
+ * a dense result's body is its accumulator, a sparse one's its encoded payload. */
+static uint8_t *result_frame(dlc_copy *c, uint8_t **cipher, size_t *blen) {
+    if (c->sparse) { *cipher = c->sp->cipher; *blen = c->sp->len; return c->sp->frame; }
+    *cipher = c->cipher; *blen = 4u * c->numel;
+    return c->frame;
 }
 
 /* A result sent again to one rank: a copy (the frame may be on its way elsewhere). */
 static int resend(dlc_ctx *ctx, dlc_job *job, int slot, dlc_copy *c, int to, size_t size,
                   uint32_t ip, uint16_t port) {
     dlc_hdr h = result_header(job, slot, c);
-    return answer(ctx, job, &h, to, c->frame + DLC_HDR, 4u * c->numel, size, ip, port);
+    uint8_t *cipher;
+    size_t blen;
+    uint8_t *frame = result_frame(c, &cipher, &blen);
+    return answer(ctx, job, &h, to, frame + DLC_HDR, blen, size, ip, port);
 }
 
 void dlc_sendmmsg_all(dlc_ctx *ctx, int fd, dlc_out *outs, int n) {
@@ -243,9 +252,14 @@ static void gso_add(dlc_ctx *ctx, uint32_t ip, uint16_t port, const uint8_t *fra
 static int complete(dlc_ctx *ctx, dlc_job *job, int slot, dlc_copy *c) {
     ctx->counters[C_completions]++;
     ADD(job->counters[C_completions], 1);
+    if (c->sparse && dlc_sparse_finish(job, &job->slots[slot], c))
+        return drop(ctx, job, C_send_errors);   /* out of memory */
     dlc_hdr h = result_header(job, slot, c);
-    size_t len = seal_into(ctx, job, &h, -1, NULL, 4u * c->numel, c->frame, c->cipher);
-    const uint8_t *frame = job->auth == AUTH_ENCRYPT ? c->cipher : c->frame;
+    uint8_t *cipher;
+    size_t blen;
+    uint8_t *plain = result_frame(c, &cipher, &blen);
+    size_t len = seal_into(ctx, job, &h, -1, NULL, blen, plain, cipher);
+    const uint8_t *frame = job->auth == AUTH_ENCRYPT ? cipher : plain;
     int n = job->group_port ? 1 : job->workers;
     dlc_out outs[DLC_MAX_WORKERS];
     for (int i = 0; i < n; i++) {
@@ -373,18 +387,21 @@ static int probe(dlc_ctx *ctx, dlc_job *job, const dlc_hdr *hdr, dlc_copy *c, si
 
 /* An authentic DATA packet of a live job: its part in a slot round (slot mutex held). */
 static int round_of(dlc_ctx *ctx, dlc_job *job, const dlc_hdr *hdr, const uint8_t *payload,
-                    size_t size, uint32_t ip, uint16_t port, double now) {
+                    size_t plen, size_t size, uint32_t ip, uint16_t port, double now) {
     dlc_slot *s = &job->slots[hdr->slot];
     dlc_copy *c = &s->c[hdr->seq & 1];
     uint64_t all = job->workers == 64 ? ~0ull : (1ull << job->workers) - 1;
     if (older(hdr->seq, c->seq)) return drop(ctx, job, C_drop_stale);
     if (hdr->flags & F_PROBE) return probe(ctx, job, hdr, c, size, ip, port);
+    int sparse = (hdr->flags & F_SPARSE) != 0;
     if ((int64_t)hdr->seq != c->seq) {
         if ((int64_t)hdr->seq != next_of(c->seq, hdr->seq) || c->remaining)
             return drop(ctx, job, C_drop_out_of_order);
+        if (sparse && dlc_sparse_start(job, s, c, hdr) != 1)   /* not a round it planned */
+            return drop(ctx, job, C_drop_out_of_order);
         c->seq = hdr->seq; c->bitmap = 0; c->exp = EXP_ZERO; c->tsi = hdr->tsi;
         c->started = now; c->numel = hdr->numel; c->expected = all;
-        c->remaining = job->workers;
+        c->remaining = job->workers; c->sparse = sparse; c->run = 0;
     }
     uint64_t bit = 1ull << hdr->worker;
     if (c->bitmap & bit) {
@@ -395,13 +412,18 @@ static int round_of(dlc_ctx *ctx, dlc_job *job, const dlc_hdr *hdr, const uint8_
                       hdr->worker, size, ip, port);
     }
     if (c->remaining == 0) return drop(ctx, job, C_drop_stale);
-    if (!(c->expected & bit))
+    if (!(c->expected & bit) || sparse != c->sparse)
         return mismatch(ctx, job, hdr, c, size, ip, port, now, "sent a packet out of turn");
-    if (hdr->tsi != c->tsi || hdr->numel != c->numel)
+    if (hdr->tsi != c->tsi || (!sparse && hdr->numel != c->numel))
         return mismatch(ctx, job, hdr, c, size, ip, port, now, NULL);
-    if (add_dense(c, payload, hdr->numel, job->limit, c->bitmap == 0))
-        return drop(ctx, job, C_drop_bad_value);
-    if (hdr->exp > c->exp) c->exp = hdr->exp;
+    if (sparse) {
+        int reason = dlc_sparse_add(job, s, c, hdr, payload, plen);
+        if (reason >= 0) return drop(ctx, job, reason);
+    } else {
+        if (add_dense(c, payload, hdr->numel, job->limit, c->bitmap == 0))
+            return drop(ctx, job, C_drop_bad_value);
+        if (hdr->exp > c->exp) c->exp = hdr->exp;
+    }
     c->bitmap |= bit;
     s->c[1 - (hdr->seq & 1)].bitmap &= ~bit;
     c->remaining--;
@@ -413,8 +435,8 @@ static int refusal(const dlc_job *job, const dlc_hdr *h, uint32_t ip, uint16_t p
         return C_drop_bad_source;
     if (h->slot >= job->slot_count) return C_drop_bad_slot;
     if (h->numel > job->k) return C_drop_too_large;
-    if (h->flags & F_SPARSE) return C_drop_not_sparse;
-    if (!valid_exponent(h->exp)) return C_drop_bad_exponent;
+    if ((h->flags & F_SPARSE) && !job->block) return C_drop_not_sparse;
+    if (!dlc_valid_exponent(h->exp)) return C_drop_bad_exponent;
     return -1;
 }
 
@@ -446,7 +468,7 @@ static int data_of_job(dlc_ctx *ctx, dlc_job *job, const dlc_hdr *hdr, uint8_t *
         return error_reply(ctx, job, hdr, len, ip, port, now);
     dlc_slot *s = &job->slots[hdr->slot];
     pthread_mutex_lock(&s->mu);
-    int r = round_of(ctx, job, hdr, payload, len, ip, port, now);
+    int r = round_of(ctx, job, hdr, payload, plen, len, ip, port, now);
     pthread_mutex_unlock(&s->mu);
     return r;
 }

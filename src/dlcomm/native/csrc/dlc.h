@@ -40,7 +40,7 @@ enum { STREAM_UP = 1, STREAM_DOWN = 2, STREAM_RESULT = 3 };
     X(drop_error_limited) X(errors_sent) X(drop_bad_value) X(packets_out) X(bytes_out) \
     X(send_errors) X(drop_injected_in) X(drop_injected_out) X(recv_errors) \
     X(slow_path) X(drop_slow_full) X(recv_calls) X(send_calls) X(gro_segments) \
-    X(gso_segments)
+    X(gso_segments) X(drop_unplanned)
 #define DLC_ENUM(n) C_##n,
 enum { DLC_COUNTERS(DLC_ENUM) C_COUNT };
 
@@ -69,17 +69,40 @@ typedef struct { uint64_t highest; int any; uint64_t bits[DLC_WINDOW_BITS / 64];
 int dlc_window_accept(dlc_window *w, uint64_t counter);
 
 /* -- the switch dataplane (dataplane.c) ------------------------------------------------ */
+/* -- sparse rounds (sparse.c): switch/sparse_rounds.py and switch/planning.py ---------- */
+#define DLC_LOOKAHEAD 64   /* wire/sparse.LOOKAHEAD */
+
+/* A round's groups (sorted), their agreed exponents and block masks (g x words u32). */
+typedef struct { int g, cap, run; int64_t *groups; int32_t *exps; uint32_t *unions; } dlc_plan;
+
+/* Per slot: every worker's look-ahead (rows of 2 + words u32, as on the wire) and the
+ * round it plans (switch/slots.Stream). */
+typedef struct {
+    int *nlook, *caplook; uint32_t **look;
+    int64_t pending_seq; dlc_plan pending;
+} dlc_stream;
+
+/* Per slot copy of a sparse job: the round's plan (none in an announce round), each
+ * group's first row of sums, and the encoded result (header room, payload, tag room). */
+typedef struct {
+    int announce; dlc_plan round; int *base; int nblocks;
+    uint8_t *frame, *cipher; size_t cap, len;
+} dlc_sparse_copy;
+
 typedef struct {
     int64_t seq; int remaining; uint64_t expected, bitmap; int32_t exp; uint32_t tsi;
     uint16_t numel; double started;
     uint8_t *frame;     /* header room, k int32 (the accumulator), tag room: sealed in place */
     uint8_t *cipher;    /* encrypted jobs: the result's ciphertext frame */
+    int sparse, run;    /* a sparse round; its result plans a dense run */
+    dlc_sparse_copy *sp;   /* sparse jobs only */
 } dlc_copy;
 
-typedef struct { pthread_mutex_t mu; dlc_copy c[2]; } dlc_slot;
+typedef struct { pthread_mutex_t mu; dlc_copy c[2]; dlc_stream *stream; } dlc_slot;
 
 typedef struct dlc_job {
     uint16_t id; int workers, slot_count, k, auth, python, live; int32_t limit;
+    int block, m;                              /* sparse jobs: block size, blocks per group */
     uint32_t *ips; uint16_t *ports;            /* host order */
     uint32_t group_ip; uint16_t group_port;    /* group_port 0: no multicast group */
     uint8_t (*up)[16], (*down)[16], result[16];
@@ -139,6 +162,14 @@ double dlc_now(void);
 void dlc_slow_clear(dlc_switch *sw);
 int dlc_slow_push(dlc_switch *sw, const uint8_t *data, size_t len, uint32_t ip,
                    uint16_t port);
+/* sparse.c */
+int dlc_valid_exponent(int e);
+int dlc_sparse_alloc(dlc_job *job);                    /* 0, or -2: out of memory */
+void dlc_sparse_free(dlc_job *job);
+int dlc_sparse_start(dlc_job *job, dlc_slot *s, dlc_copy *c, const dlc_hdr *h);
+int dlc_sparse_add(dlc_job *job, dlc_slot *s, dlc_copy *c, const dlc_hdr *h,
+                   const uint8_t *payload, size_t len);   /* -1 added, else a drop counter */
+int dlc_sparse_finish(dlc_job *job, dlc_slot *s, dlc_copy *c);  /* 0, or -2 */
 void dlc_sendmmsg_all(dlc_ctx *ctx, int fd, dlc_out *outs, int n);
 void dlc_gso_flush(dlc_ctx *ctx);
 

@@ -62,6 +62,7 @@ static void job_free(dlc_job *j) {
             for (int i = 0; i < 2; i++) { free(j->slots[s].c[i].frame); free(j->slots[s].c[i].cipher); }
         }
     }
+    dlc_sparse_free(j);
     if (j->window_mu)
         for (int r = 0; r < j->workers; r++) pthread_mutex_destroy(&j->window_mu[r]);
     pthread_mutex_destroy(&j->mu);
@@ -129,6 +130,22 @@ int dlc_job_add(dlc_switch *sw, int id, int workers, const uint32_t *ips, const 
     pthread_rwlock_unlock(&sw->lock);
     job_free(old);
     return 0;
+}
+
+/* Sparse rounds for a native job not yet live (blocks of `block` elements, k % block == 0). */
+int dlc_job_sparse(dlc_switch *sw, int id, int block) {
+    if (id < 0 || id > 0xFFFF) return -1;
+    pthread_rwlock_wrlock(&sw->lock);
+    dlc_job *j = sw->jobs[id];
+    int rc = 0;
+    if (!j || j->python || j->live || block < 1 || j->k % block || j->block) rc = -1;
+    else {
+        j->block = block; j->m = j->k / block;
+        rc = dlc_sparse_alloc(j);
+        if (rc) { dlc_sparse_free(j); j->block = 0; j->m = 0; }
+    }
+    pthread_rwlock_unlock(&sw->lock);
+    return rc;
 }
 
 int dlc_job_remove(dlc_switch *sw, int id) {
