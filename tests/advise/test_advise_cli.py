@@ -95,7 +95,7 @@ def test_measure_fits_this_machine(job_tmp):
     doc = json.loads((job_tmp / "m.json").read_text())
     k, cal = doc["config"]["constants"], doc["calibration"]
     assert k["source"] == "measured" and cal["workers_measured"] == 2
-    assert {"ring", "switch", "python dataplane"} <= set(cal["fits"])
+    assert {"ring", "switch", "sparse-switch"} <= set(cal["fits"])
     assert k["ring_rate_bps"] > 1e8 and k["switch_rate_bps"] > 1e8
     assert 0 < k["ring_alpha_s"] < 0.05
     if os.geteuid() == 0:   # the emulated star: the capacity that sets K, the links

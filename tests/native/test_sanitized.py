@@ -26,6 +26,7 @@ from dlcomm.testing.native_corpus import (
     J_MAC,
     J_NONE,
     J_SLOW,
+    J_SPARSE,
     SEAL,
     record,
     write_corpus,
@@ -56,7 +57,7 @@ def assert_clean(res: subprocess.CompletedProcess) -> None:
 
 def test_the_corpus_keys_are_the_harness_keys():
     source = (HARNESS / "fuzz_target.c").read_text()
-    for name, job in (("KEYS_MAC", J_MAC), ("KEYS_ENC", J_ENC)):
+    for name, job in (("KEYS_MAC", J_MAC), ("KEYS_ENC", J_ENC), ("KEYS_SPARSE", J_SPARSE)):
         block = re.search(name + r"\[7\]\[17\] = \{(.*?)\};", source, re.S)
         assert block, f"fuzz_target.c has no {name}"
         keys = tuple(k.encode() for k in re.findall(r'"([^"]*)"', block.group(1)))

@@ -15,17 +15,18 @@ switch             ``o_sw + max(S / (B e_sw), n S / R_switch, S / R_client)``   
                                                                                 / a worker's
                                                                                 CPU
 sparse-switch      as switch with ``S d (1 + 1/block)`` on the wire, and        links or
-                   ``S / R_scan + d S / R_sparse`` of Python rounds per worker  CPU
-                   (the switch's Python dataplane: ``R_switch_py``)
-auto               the faster of dense rounds and sparse-switch, per bucket,
-                   both through the Python dataplane (a job that may go sparse)
+                   ``S / R_scan + d S / R_sparse`` of sparse rounds per worker  CPU
+                   (the window in Python, its loops native)
+auto               the faster of dense rounds and sparse-switch, per bucket
 compressed         the inner exchange on ``r S`` (summable methods) or an        links or
                    all-gather of ``(n-1) r S``, plus ``S / R_compress`` and a    CPU
                    Python cost per collective round
 =================  ==========================================================  ==========
 
 ``d`` is the gradients' block density, ``r`` the method's measured wire ratio and
-``R_compress`` its measured rate on this CPU. Every cost but the links' is a CPU cost:
+``R_compress`` its measured rate on this CPU. The switch serves a job of at most 64 workers
+in its native dataplane (``R_switch``), a larger one in its Python dataplane
+(``R_switch_py``), dense or sparse alike. Every cost but the links' is a CPU cost:
 measured per core of this machine, and multiplied by the cluster's ``cpu_factor`` (the
 cores the workers share here, or hosts faster than this core; a time-dilated emulation's
 hosts are K times faster). The constants (:class:`Constants`) default to what dlcomm
@@ -40,6 +41,7 @@ from typing import Any
 
 from dlcomm.advise.profile import DENSITY_BLOCK, JobProfile
 from dlcomm.errors import ConfigError
+from dlcomm.native.switch import MAX_NATIVE_WORKERS
 from dlcomm.timeline import finish_time
 
 __all__ = ["Constants", "Cluster", "Candidate", "Prediction", "bucket_time", "predict",
@@ -55,7 +57,7 @@ class Constants:
     switch_overhead_s: float = 0.3e-3  # one switch all-reduce's fixed cost, per core
     switch_efficiency: float = 0.90  # achieved / link rate (UDP, headers, tags)
     switch_rate_bps: float = 10e9    # switch input per core (native, tags; docs/native.md)
-    python_switch_rate_bps: float = 6e9  # the Python dataplane's (sparse-capable jobs)
+    python_switch_rate_bps: float = 6e9  # the Python dataplane's (jobs of over 64 workers)
     client_rate_bps: float = 8e9     # one worker's native client
     sparse_rate_bps: float = 0.58e9  # one worker's sparse rounds (Python), per non-zero bit
     scan_rate_bps: float = 12e9      # finding the non-zero blocks, per dense bit
@@ -161,8 +163,8 @@ class Prediction:
         return self.exposed_s / self.iteration_s if self.iteration_s else 0.0
 
 
-def _switch_time(nbytes: float, c: Cluster, k: Constants, sparse_density: float | None,
-                 python: bool = False) -> tuple[float, dict[str, float]]:
+def _switch_time(nbytes: float, c: Cluster, k: Constants, sparse_density: float | None
+                 ) -> tuple[float, dict[str, float]]:
     # CPU terms: this machine's rates per core x cpu_factor (cores shared, faster hosts)
     bits = 8 * nbytes
     if sparse_density is None:
@@ -172,7 +174,7 @@ def _switch_time(nbytes: float, c: Cluster, k: Constants, sparse_density: float 
         wire = bits * sparse_density * (1 + 1 / DENSITY_BLOCK)
         cpu_worker = bits / k.scan_rate_bps + bits * sparse_density / k.sparse_rate_bps
     f = c.cpu_factor
-    rate = k.python_switch_rate_bps if python else k.switch_rate_bps
+    rate = k.python_switch_rate_bps if c.workers > MAX_NATIVE_WORKERS else k.switch_rate_bps
     terms = {"links": wire / (c.link_bps * k.switch_efficiency),
              "switch CPU": f * c.workers * wire / rate, "worker CPU": f * cpu_worker}
     return f * k.switch_overhead_s + max(terms.values()), terms
@@ -207,10 +209,10 @@ def bucket_time(nbytes: float, cand: Candidate, profile: JobProfile, c: Cluster,
     elif cand.exchange == "switch":
         t, terms = _switch_time(wire, c, k, None)
     elif cand.exchange == "sparse-switch":
-        t, terms = _switch_time(wire, c, k, profile.density, python=True)
-    elif cand.exchange == "auto":  # a job that may go sparse: the Python dataplane serves it
-        dense = _switch_time(wire, c, k, None, python=True)
-        sparse = _switch_time(wire, c, k, profile.density, python=True)
+        t, terms = _switch_time(wire, c, k, profile.density)
+    elif cand.exchange == "auto":
+        dense = _switch_time(wire, c, k, None)
+        sparse = _switch_time(wire, c, k, profile.density)
         t, terms = min(dense, sparse, key=lambda x: x[0])
     else:
         raise ConfigError(f"no cost model for exchange {cand.exchange!r}")

@@ -11,8 +11,6 @@ they share this machine's cores (:func:`~dlcomm.advise.run.machine_factor`):
 ring             ``alpha = a / 2(n-1) f``, ``R_ring = f 2(n-1)/n 8 / b``
 switch           ``o_sw = a / f``, ``R_switch = f n 8 / b`` (the switch's input is
                  the limit on loopback); ``R_client`` keeps its ratio to it
-auto             (dense, after its first op) ``R_switch_py = f n 8 / b``: a job that
-                 may go sparse is served by the switch's Python dataplane
 sparse-switch    8 MiB at block densities ``d`` of 5%, 25% and 100%, ``t = c + e d``:
                  ``R_sparse = f 8 S / e``, ``R_scan = f 8 S / (c - f o_sw)``
 compressed       ``round_s`` = a one-round lossless compressor's (fp16) extra time
@@ -47,7 +45,7 @@ __all__ = ["fit_line", "constants_from", "measure_constants", "with_capacity", "
 SIZES = (16 * 1024, 2 * 2**20, 8 * 2**20)
 SPARSE_DENSITIES = (0.05, 0.25, 1.0)
 SPARSE_SIZE = 8 * 2**20
-EXCHANGES = ("ring", "switch", "compressed:method=fp16,over=ring", "auto")
+EXCHANGES = ("ring", "switch", "compressed:method=fp16,over=ring")
 
 
 def fit_line(points: Sequence[tuple[float, float]]) -> tuple[float, float, float]:
@@ -99,12 +97,6 @@ def constants_from(loopback: dict[str, list[tuple[float, float]]],
             rate = f * n * 8 / sw_b
             values["switch_rate_bps"] = rate
             values["client_rate_bps"] = rate * base.client_rate_bps / base.switch_rate_bps
-        auto = loopback.get(EXCHANGES[3])
-        if auto and len(auto) >= 2:  # dense rounds through the Python dataplane
-            py_a, py_b, py_err = fit_line(auto)
-            fits["python dataplane"] = {"a_s": py_a, "b_s_per_byte": py_b, "fit_error": py_err}
-            if py_b > 0:
-                values["python_switch_rate_bps"] = f * n * 8 / py_b
         if sparse:
             sp_c, sp_e, sp_err = fit_line(sparse)
             fits["sparse-switch"] = {"a_s": sp_c, "b_s_per_density": sp_e, "fit_error": sp_err,
@@ -200,7 +192,7 @@ def measure_constants(workers: int, link_bps: float, reps: int = 5,
     loopback: dict[str, list[tuple[float, float]]] = {ex: [] for ex in EXCHANGES}
     for size in SIZES:
         progress(f"measuring the data path on loopback: {size / 1024:.0f} KiB, {n} workers")
-        exchanges = EXCHANGES[:3] if size == SIZES[0] else (*EXCHANGES[:2], EXCHANGES[3])
+        exchanges = EXCHANGES if size == SIZES[0] else EXCHANGES[:2]
         for ex, t in _loopback(n, size, exchanges, reps).items():
             loopback[ex].append((size, t))
     sparse = []

@@ -11,8 +11,9 @@ self-contained story: one attacker's datagrams, honest rounds of three jobs, the
 answers to the client, or odd datagrams (the slow path, a job not live, foreign packets).
 
 The fixed world below (jobs, addresses, :data:`FIXED_KEYS`) mirrors fuzz_target.c's
-``JOBS``, ``ADDR_*`` and ``KEYS_MAC``/``KEYS_ENC``: the two must match, byte for byte
-(tests/native/test_sanitized.py compares the keys), or the seeds' tags do not verify.
+``JOBS``, ``ADDR_*`` and ``KEYS_MAC``/``KEYS_ENC``/``KEYS_SPARSE``: the two must match,
+byte for byte (tests/native/test_sanitized.py compares the keys), or the seeds' tags do
+not verify.
 """
 
 from __future__ import annotations
@@ -56,14 +57,15 @@ from dlcomm.wire.quant import EXP_NONFINITE, EXP_ZERO, value_limit
 
 __all__ = ["write_corpus", "record", "job_keys", "FIXED_KEYS", "SEAL", "CLIENT", "RANKS",
            "A_SWITCH", "A_STRANGER", "A_MIXED", "J_MAC", "J_NONE", "J_ENC", "J_SLOW",
-           "J_IDLE", "SLOTS", "K"]
+           "J_IDLE", "J_SPARSE", "SLOTS", "K"]
 
 SEAL, CLIENT = 0x80, 0x40
 RANKS = (0, 1, 2)                       # address i is rank i's of every job
 A_SWITCH, A_STRANGER, A_MIXED = 3, 4, 5  # the client's switch; anyone; rank 0's host, 1's port
-J_MAC, J_NONE, J_ENC, J_SLOW, J_IDLE = 1, 2, 3, 4, 5
-WORKERS = {J_MAC: 3, J_NONE: 2, J_ENC: 3, J_SLOW: 3, J_IDLE: 2}
-MODES = {J_MAC: AUTH_MAC, J_NONE: AUTH_NONE, J_ENC: AUTH_ENCRYPT}
+J_MAC, J_NONE, J_ENC, J_SLOW, J_IDLE, J_SPARSE = 1, 2, 3, 4, 5, 6
+WORKERS = {J_MAC: 3, J_NONE: 2, J_ENC: 3, J_SLOW: 3, J_IDLE: 2, J_SPARSE: 3}
+MODES = {J_MAC: AUTH_MAC, J_NONE: AUTH_NONE, J_ENC: AUTH_ENCRYPT, J_SPARSE: AUTH_MAC}
+SPARSE_BLOCK = 4                        # J_SPARSE's blocks: K / 4 = 4 per group
 SLOTS, K = 4, 16
 CLIENT_SLOTS, CLIENT_ELEMENTS = 2, 40   # the client's shard and op (fuzz_target.c)
 CLIENT_DEADLINE_RECORDS = 100           # its deadline_s over the harness's step per record
@@ -76,6 +78,9 @@ FIXED_KEYS: dict[int, tuple[bytes, ...]] = {
     J_ENC: (b"fuzz j3 up 0....", b"fuzz j3 up 1....", b"fuzz j3 up 2....",
             b"fuzz j3 down 0..", b"fuzz j3 down 1..", b"fuzz j3 down 2..",
             b"fuzz j3 result.."),
+    J_SPARSE: (b"fuzz j6 up 0....", b"fuzz j6 up 1....", b"fuzz j6 up 2....",
+               b"fuzz j6 down 0..", b"fuzz j6 down 1..", b"fuzz j6 down 2..",
+               b"fuzz j6 result.."),
 }
 
 
@@ -128,7 +133,8 @@ def _mutated(job: int, keyed: bool) -> Source:
     def make(rng: random.Random, n: int) -> list[bytes]:
         keys = job_keys(job)
         channels = tuple(Channel(keys, r) for r in range(WORKERS[job])) if keyed else ()
-        mutator = Mutator(FuzzTarget(job, WORKERS[job], SLOTS, K, 0, channels),
+        block = SPARSE_BLOCK if job == J_SPARSE else 0
+        mutator = Mutator(FuzzTarget(job, WORKERS[job], SLOTS, K, block, channels),
                           rng.getrandbits(32))
         out = []
         for i in range(n):
@@ -316,6 +322,7 @@ SOURCES: dict[str, Source] = {
     "mutator-mac": _mutated(J_MAC, False),
     "mutator-none-keys": _mutated(J_NONE, True),
     "mutator-enc-keys": _mutated(J_ENC, True),
+    "mutator-sparse-keys": _mutated(J_SPARSE, True),
     "honest": _honest,
     "client": _client,
     "odd": _odd,

@@ -21,7 +21,7 @@
  * an input, the state is reset every RESET_EVERY records and RESET_AFTER_FAIL records after
  * a job failed, so that it does not only grow.
  *
- * The fixed keys (KEYS_MAC, KEYS_ENC) are mirrored in src/dlcomm/testing/native_corpus.py, which
+ * The fixed keys (KEYS_MAC, KEYS_ENC, KEYS_SPARSE) are mirrored in src/dlcomm/testing/native_corpus.py, which
  * writes seed inputs: the two must match. Builds with clang -fsanitize=fuzzer, or with gcc
  * and cov_fuzz.c / replay_main.c (src/dlcomm/native/harness.py). */
 #include <stdint.h>
@@ -36,6 +36,7 @@ int dlc_job_add(dlc_switch *sw, int id, int workers, const uint32_t *ips, const 
                 int slot_count, int k, int32_t limit, int auth, const uint8_t *keys,
                 uint32_t group_ip, uint16_t group_port, int python);
 int dlc_job_set_live(dlc_switch *sw, int id, int live);
+int dlc_job_sparse(dlc_switch *sw, int id, int block);
 int dlc_take_failures(dlc_switch *sw, uint16_t *ids, int cap, int timeout_ms);
 long dlc_slow_next(dlc_switch *sw, uint8_t *buf, size_t cap, uint32_t *ip, uint16_t *port,
                    int timeout_ms);
@@ -64,7 +65,8 @@ long dlc_client_take(dlc_client *c, uint8_t *out, size_t cap);
 #define TAKE_CAP (1u << 16)
 
 /* -- the fixed world (mirrored in corpus.py) ------------------------------------------- */
-enum { J_MAC = 1, J_NONE = 2, J_ENC = 3, J_SLOW = 4, J_IDLE = 5 };
+enum { J_MAC = 1, J_NONE = 2, J_ENC = 3, J_SLOW = 4, J_IDLE = 5, J_SPARSE = 6 };
+#define SPARSE_BLOCK 4   /* J_SPARSE: sparse rounds, groups of K / 4 = 4 blocks */
 #define SLOTS 4
 #define K 16
 #define CLIENT_SLOTS 2
@@ -88,17 +90,23 @@ static const char KEYS_ENC[7][17] = {
     "fuzz j3 down 0..", "fuzz j3 down 1..", "fuzz j3 down 2..", "fuzz j3 result..",
 };
 
+static const char KEYS_SPARSE[7][17] = {
+    "fuzz j6 up 0....", "fuzz j6 up 1....", "fuzz j6 up 2....",
+    "fuzz j6 down 0..", "fuzz j6 down 1..", "fuzz j6 down 2..", "fuzz j6 result..",
+};
+
 typedef struct {
     int id, workers, auth, python, live; uint32_t group_ip; uint16_t group_port;
-    const char (*keys)[17];
+    const char (*keys)[17]; int block;
 } fz_job;
 
 static const fz_job JOBS[] = {
-    {J_MAC, 3, AUTH_MAC, 0, 1, 0, 0, KEYS_MAC},
-    {J_NONE, 2, AUTH_NONE, 0, 1, 0, 0, NULL},
-    {J_ENC, 3, AUTH_ENCRYPT, 0, 1, GROUP_IP, GROUP_PORT, KEYS_ENC},
-    {J_SLOW, 3, AUTH_MAC, 1, 1, 0, 0, NULL},    /* python=1: every datagram to the slow path */
-    {J_IDLE, 2, AUTH_NONE, 0, 0, 0, 0, NULL},   /* registered, never live */
+    {J_MAC, 3, AUTH_MAC, 0, 1, 0, 0, KEYS_MAC, 0},
+    {J_NONE, 2, AUTH_NONE, 0, 1, 0, 0, NULL, 0},
+    {J_ENC, 3, AUTH_ENCRYPT, 0, 1, GROUP_IP, GROUP_PORT, KEYS_ENC, 0},
+    {J_SLOW, 3, AUTH_MAC, 1, 1, 0, 0, NULL, 0},    /* python=1: every datagram to the slow path */
+    {J_IDLE, 2, AUTH_NONE, 0, 0, 0, 0, NULL, 0},   /* registered, never live */
+    {J_SPARSE, 3, AUTH_MAC, 0, 1, 0, 0, KEYS_SPARSE, SPARSE_BLOCK},   /* sparse rounds */
 };
 #define NJOBS ((int)(sizeof JOBS / sizeof JOBS[0]))
 
@@ -137,6 +145,8 @@ static void add_job(const fz_job *j) {
     if (dlc_job_add(S.sw, j->id, j->workers, ips, ports, SLOTS, K, value_limit(j->workers),
                     j->auth, keys, j->group_ip, j->group_port, j->python))
         fail("dlc_job_add refused a fixed job", j->id, 0);
+    if (j->block && dlc_job_sparse(S.sw, j->id, j->block))
+        fail("dlc_job_sparse refused a fixed job", j->id, j->block);
     if (j->live) dlc_job_set_live(S.sw, j->id, 1);
 }
 
