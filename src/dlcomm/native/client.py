@@ -1,4 +1,4 @@
-"""The worker's native transport for dense all-reduces (csrc/client.c), as a Python object.
+"""The worker's native transport (csrc/client.c): dense all-reduces and sparse rounds.
 
 :class:`Client` holds what persists across ops on one UDP socket: the shards (switch
 addresses, job numbers, keys), the slots' sequence numbers, the packet counters and replay
@@ -20,11 +20,11 @@ import numpy as np
 from dlcomm.native.lib import load, offload, u8p, u64p
 from dlcomm.native.switch import ip_int, outputs_of
 
-__all__ = ["Client", "ShardKeys", "ClientError", "WINDOW_BYTES", "MAX_SHARDS"]
+__all__ = ["Client", "ShardKeys", "ClientError", "WINDOW_BYTES", "MAX_SHARDS", "E_PLAN"]
 
 WINDOW_BYTES = 4096 // 8
 MAX_SHARDS = 16
-E_NONE, E_SWITCH, E_NONFINITE, E_STUCK, E_NO_ANSWER = range(5)
+E_NONE, E_SWITCH, E_NONFINITE, E_STUCK, E_NO_ANSWER, E_PLAN = range(6)
 _STATS = ("packets_sent", "bytes_sent", "packets_received", "bytes_received",
           "retransmissions", "probes", "rejected", "drops_injected")
 _OUT_CAP = 1 << 22
@@ -55,6 +55,9 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
                                     u8p, C.c_uint64, C.c_int, u8p, u64p]),
     "dlc_client_stats": (None, [C.c_void_p, u64p]),
     "dlc_client_run": (C.c_int, [C.c_void_p, C.c_double]),
+    "dlc_client_begin_sparse": (C.c_int, [C.c_void_p, C.c_void_p, C.c_void_p, C.c_size_t,
+                                          C.c_int, C.c_void_p, C.c_void_p, C.c_double]),
+    "dlc_client_union_blocks": (C.c_long, [C.c_void_p]),
 }
 
 
@@ -81,9 +84,9 @@ class ShardKeys:
 class ClientError:
     """Why an op failed, in the terms window.py formats (exchange/switch/window.py)."""
 
-    kind: int            # E_SWITCH, E_NONFINITE, E_STUCK, E_NO_ANSWER
+    kind: int            # E_SWITCH, E_NONFINITE, E_STUCK, E_NO_ANSWER, E_PLAN
     shard: int
-    text: bytes          # E_SWITCH: the ERROR's payload
+    text: bytes          # E_SWITCH: the ERROR's payload; E_PLAN: what was wrong
     element: int         # E_NONFINITE: this worker's first non-finite element (-1: none)
     missing: list[int]   # E_STUCK: the ranks the switch waits for
     slot: int
@@ -120,7 +123,7 @@ class Client:
                 self.close()
                 raise ValueError(f"at most {MAX_SHARDS} shards")
         self.lib.dlc_client_set_gso(self.handle, int(offload()))
-        self._arrays: tuple[np.ndarray, np.ndarray] | None = None
+        self._arrays: tuple[np.ndarray, ...] | None = None
         self._out = C.create_string_buffer(_OUT_CAP)
 
     def close(self) -> None:
@@ -164,6 +167,31 @@ class Client:
                                      len(data), now):
             raise MemoryError("cannot allocate the op's packets")
 
+    def begin_sparse(self, data: np.ndarray, block: int, now: float,
+                     present: np.ndarray | None = None,
+                     negative_zero: np.ndarray | None = None) -> None:
+        """Start summing ``data`` in place in sparse rounds (sparse_window.py) of blocks of
+        ``block`` (threshold 0); ``present``/``negative_zero``: the tensor's
+        wire/sparse.present_blocks, if the caller has them (else this scans the data)."""
+        if data.dtype != np.float32 or not data.flags.c_contiguous:
+            raise ValueError("the native client sums contiguous float32 arrays")
+        known = present is not None and negative_zero is not None
+        flags = (np.ascontiguousarray(present, bool), np.ascontiguousarray(negative_zero, bool)) \
+            if known else None
+        self._arrays = (data, data) if flags is None else (data, *flags)
+        rc = self.lib.dlc_client_begin_sparse(
+            self.handle, data.ctypes.data, data.ctypes.data, len(data), block,
+            flags[0].ctypes.data if flags else None, flags[1].ctypes.data if flags else None,
+            now)
+        if rc == -2:
+            raise ValueError(f"sparse block {block} must divide k")
+        if rc:
+            raise MemoryError("cannot allocate the op's packets")
+
+    def union_blocks(self) -> int:
+        """Blocks of the last sparse op that came back non-zero (the global density)."""
+        return int(self.lib.dlc_client_union_blocks(self.handle))
+
     def allow_skew(self, seconds: float) -> None:
         self.lib.dlc_client_allow_skew(self.handle, seconds)
 
@@ -184,7 +212,8 @@ class Client:
         if kind == E_NONE:
             return None
         ranks = [r for r in range(64) if missing.value >> r & 1]
-        return ClientError(kind, shard.value, text.raw[: arg.value if kind == E_SWITCH else 0],
+        return ClientError(kind, shard.value,
+                           text.raw[: arg.value if kind in (E_SWITCH, E_PLAN) else 0],
                            arg.value, ranks, slot.value, seq.value, idle.value)
 
     def stats(self) -> dict[str, int]:

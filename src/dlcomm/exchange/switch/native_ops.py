@@ -1,6 +1,8 @@
-"""Dense all-reduces through the native client (dlcomm.native.client), for the transport.
+"""All-reduces through the native client (dlcomm.native.client), for the transport: dense
+ones, and sparse rounds at threshold 0.
 
-The transport's Python ops (sparse rounds) and the native ones share one socket, one set of
+The transport's Python ops (sparse rounds with a threshold) and the native ones share one
+socket, one set of
 slot sequence numbers and, per shard, one packet counter and one pair of replay windows:
 :class:`NativeOps` hands the Python channel's state to the native client before an op and
 takes it back after, so a switch never sees a counter twice and a replayed packet is refused
@@ -23,9 +25,18 @@ from dlcomm.exchange.switch.window import (
     stuck_error,
     switch_error,
 )
-from dlcomm.native.client import E_NONFINITE, E_STUCK, E_SWITCH, Client, ShardKeys, WindowState
+from dlcomm.native.client import (
+    E_NONFINITE,
+    E_PLAN,
+    E_STUCK,
+    E_SWITCH,
+    Client,
+    ShardKeys,
+    WindowState,
+)
 from dlcomm.native.switch import MAX_NATIVE_WORKERS
 from dlcomm.wire.auth import STREAM_DOWN, STREAM_RESULT, STREAM_UP, ReplayWindow
+from dlcomm.wire.sparse import Presence
 
 __all__ = ["NativeOps", "usable"]
 
@@ -46,7 +57,7 @@ def _material(shard: Shard, rank: int) -> bytes:
 class NativeOps:
     def __init__(self, fd: int, rank: int, workers: int, k: int, shards: list[Shard],
                  timing: Timing, drop_rate: float, seed: int) -> None:
-        self.rank, self.shards = rank, shards
+        self.rank, self.shards, self.k = rank, shards, k
         self.client = Client(fd, rank, workers, k, shards[0].channel.mode,
                              [ShardKeys(sh.address, sh.job, sh.slots, _material(sh, rank))
                               for sh in shards],
@@ -84,13 +95,23 @@ class NativeOps:
             seqs[i][:] = slot_seqs
 
     def run(self, data: np.ndarray, seqs: list[list[int]],
-            failure: Callable[[], str | None], control_failure: Callable[[], str | None]
-            ) -> dict[str, int]:
-        """Sum ``data`` in place; the counters it moved (sent, received, ...)."""
+            failure: Callable[[], str | None], control_failure: Callable[[], str | None],
+            sparse_block: int = 0, presence: Presence | None = None) -> dict[str, int]:
+        """Sum ``data`` in place (``sparse_block``: in sparse rounds of blocks of that size,
+        with the tensor's ``presence`` if known); the counters it moved (sent, ...)."""
         self._hand_over(seqs)
         try:
             t0 = time.perf_counter()
-            self.client.begin(data, time.monotonic())
+            if sparse_block:
+                if self.k % sparse_block:
+                    raise ExchangeError(f"sparse block {sparse_block} must divide k = {self.k}")
+                known = presence if presence is not None and presence.block == sparse_block \
+                    and len(presence.present) == -(-len(data) // sparse_block) else None
+                self.client.begin_sparse(data, sparse_block, time.monotonic(),
+                                         known.present if known else None,
+                                         known.negative_zero if known else None)
+            else:
+                self.client.begin(data, time.monotonic())
             self.client.allow_skew(time.perf_counter() - t0)
             while True:
                 state = self.client.run(SLICE_S)
@@ -113,6 +134,9 @@ class NativeOps:
             self._take_back(seqs)
         return self._moved()
 
+    def union_blocks(self) -> int:
+        return self.client.union_blocks()
+
     def _moved(self) -> dict[str, int]:
         now = self.client.stats()
         moved = {k: now[k] - self.seen[k] for k in now}
@@ -125,6 +149,8 @@ class NativeOps:
         addr = self.shards[err.shard].address
         if err.kind == E_SWITCH:
             return switch_error(addr, err.text)
+        if err.kind == E_PLAN:
+            return ExchangeError(err.text.decode(errors="replace"))
         if err.kind == E_NONFINITE:
             return nonfinite_error(self.rank, err.element if err.element >= 0 else None)
         if err.kind == E_STUCK:

@@ -199,8 +199,8 @@ class SparseAllreduceOp(AllreduceOp):
                    now: float) -> list[Send] | None:
         if not hdr.flags & SPARSE:  # a dense round of a run
             if pos.chunk < 0 or pos.index not in self.runs or pos.header is None or \
-                    hdr.numel != pos.header.numel:
-                return None
+                    hdr.numel != pos.header.numel or len(payload) != 4 * hdr.numel:
+                return None   # (a RESULT flagged PROBE skips check_length)
             lo = pos.chunk * self.k
             dequantize_into(self.out[lo: lo + hdr.numel],
                             np.frombuffer(payload, dtype=np.int32), pos.e_used, self.workers)
@@ -228,12 +228,19 @@ class SparseAllreduceOp(AllreduceOp):
             return []
         count = max(len(self.positions), 1)
         if any(g >= self.chunks or g % count != pos.index for g in plan):
-            self.error = ExchangeError(f"the switch planned groups {sorted(plan)[:4]} for window "
-                                       f"position {pos.index}: the workers' tensors differ")
-            return []
+            return self._bad_plan(pos, plan)
         if hdr.flags & RUN:
             self.runs[pos.index] = sorted(plan.items())
             first_exp = self.runs[pos.index][0][1]
             return [self._dense_round(pos, now, first_exp)]
         upcoming = self.mine[pos.index][self.cursor[pos.index]:]
-        return [self._send_groups(pos, upcoming[upcoming <= max(plan)], plan, now)]
+        mine = upcoming[upcoming <= max(plan)]
+        # every group this worker sends was planned, and its blocks fit one datagram
+        if any(int(g) not in plan for g in mine) or self.group_blocks[mine].sum() > self.m:
+            return self._bad_plan(pos, plan)
+        return [self._send_groups(pos, mine, plan, now)]
+
+    def _bad_plan(self, pos: _Position, plan: dict[int, int]) -> list[Send]:
+        self.error = ExchangeError(f"the switch planned groups {sorted(plan)[:4]} for window "
+                                   f"position {pos.index}: the workers' tensors differ")
+        return []

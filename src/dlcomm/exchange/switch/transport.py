@@ -176,7 +176,8 @@ class Transport:
     def _run_native(self, request: Request, data: np.ndarray) -> Finished:
         assert self.native is not None
         t0 = time.perf_counter()
-        moved = self.native.run(data, self.seqs, self.failure, self._control_failure)
+        moved = self.native.run(data, self.seqs, self.failure, self._control_failure,
+                                request.block if request.sparse else 0, request.presence)
         st = self.stats
         st.packets_sent += moved["packets_sent"]
         st.bytes_sent += moved["bytes_sent"]
@@ -191,13 +192,16 @@ class Transport:
         flat = request.flat
         if not flat.is_contiguous():
             flat.copy_(torch.from_numpy(data))
+        if request.sparse:
+            return Finished(flat, data, True, -(-len(data) // request.block),
+                            self.native.union_blocks())
         return Finished(flat, data, False)
 
     def _run_op(self, request: Request, view: memoryview, buf: bytearray) -> Finished:
         flat = request.flat
         data = flat.detach().numpy() if flat.is_contiguous() else flat.contiguous().numpy()
-        if self.native is not None and not request.sparse:
-            return self._run_native(request, data)
+        if self.native is not None and (not request.sparse or request.threshold == 0):
+            return self._run_native(request, data)   # sparse with a threshold: in Python
         t0 = time.perf_counter()
         op = self._new_op(request, data)
         sends = op.start(time.monotonic())

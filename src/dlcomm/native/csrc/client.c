@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -32,7 +33,13 @@ typedef struct {
     uint16_t numel; uint32_t tsi; int16_t exp_announced;
     double sent_at, deadline; int retries, done, has_missing, complete_seen, probed, waits;
     uint64_t missing;
-    uint8_t *pkt;      /* header room, the quantized chunk, tag room */
+    uint8_t *pkt;      /* header room, the quantized chunk (or sparse payload), tag room */
+    uint8_t flags;     /* the round's header flags (sparse rounds: SPARSE, ANNOUNCE) */
+    size_t plen;       /* the payload's bytes */
+    /* sparse op: the planned round's groups (sorted, distinct) and their exponents, and the
+     * dense run left (sparse_window.py's plans and runs) */
+    int nplan, nrun, run_at, in_run; int64_t *plan_g; int32_t *plan_e;
+    int64_t *run_g; int32_t *run_e;
 } cl_pos;
 
 typedef struct {
@@ -45,6 +52,10 @@ typedef struct {
     const float *data; float *out; size_t n; int chunks, npos, active; int32_t *exps;
     cl_pos *pos; double last_progress; int error_kind; long error_arg;
     char error_text[512]; int error_shard;
+    /* a sparse op (sparse_window.py): blocks of `block`, m per group; this worker's present
+     * blocks per group, their masks as words, and per position its groups with data */
+    int sparse, block, m, words; uint8_t *gmask; uint32_t *packed;
+    int *mine, *mine_off, *mine_cnt, *cursor; long union_blocks;
     /* outputs of the pure API / the loop's batch */
     dlc_out outs[CL_MAX_OUTS]; int nouts; uint8_t *scratch; size_t used, cap; int pure;
     uint64_t stats[8];   /* sent, bytes sent, received, bytes received, retransmissions,
@@ -53,7 +64,7 @@ typedef struct {
 } dlc_client;
 
 enum { S_SENT, S_BSENT, S_RECV, S_BRECV, S_RETX, S_PROBES, S_REJECTED, S_DROPS };
-enum { E_NONE, E_SWITCH, E_NONFINITE, E_STUCK, E_NO_ANSWER };
+enum { E_NONE, E_SWITCH, E_NONFINITE, E_STUCK, E_NO_ANSWER, E_PLAN };
 #define EXP_UNKNOWN INT32_MIN   /* a chunk's exponent not taken yet */
 
 static int cmp_double(const void *a, const void *b) {
@@ -114,9 +125,16 @@ dlc_client *dlc_client_new(int fd, int rank, int workers, int k, int auth, doubl
 }
 
 static void op_free(dlc_client *c) {
-    if (c->pos) for (int i = 0; i < c->npos; i++) free(c->pos[i].pkt);
+    if (c->pos)
+        for (int i = 0; i < c->npos; i++) {
+            cl_pos *p = &c->pos[i];
+            free(p->pkt); free(p->plan_g); free(p->plan_e); free(p->run_g); free(p->run_e);
+        }
     free(c->pos); free(c->exps);
-    c->pos = NULL; c->exps = NULL; c->npos = 0; c->active = 0;
+    free(c->gmask); free(c->packed); free(c->mine); free(c->mine_off); free(c->mine_cnt);
+    free(c->cursor);
+    c->pos = NULL; c->exps = NULL; c->npos = 0; c->active = 0; c->sparse = 0;
+    c->gmask = NULL; c->packed = NULL; c->mine = c->mine_off = c->mine_cnt = c->cursor = NULL;
 }
 
 void dlc_client_free(dlc_client *c) {
@@ -242,12 +260,16 @@ static void send_pos(dlc_client *c, cl_pos *p, double now, int probe) {
     p->sent_at = now;
     p->deadline = now + rtt_timeout(c, p->retries);
     dlc_hdr h = {.slot = (uint16_t)p->slot, .numel = p->numel, .seq = (uint32_t)p->seq,
-                 .tsi = p->tsi, .exp = p->exp_announced};
+                 .tsi = p->tsi, .exp = p->exp_announced, .flags = p->flags};
     if (probe) {
         p->probed = 1;
         int resend = p->complete_seen;
-        h.flags = F_PROBE | (resend ? F_RESEND : 0);
-        size_t pad = resend ? 4u * p->numel : (size_t)(c->workers + 7) / 8;
+        h.flags = (uint8_t)(p->flags | F_PROBE | (resend ? F_RESEND : 0));
+        /* a RESEND pads to the answer: a sparse result's size is unknown, so the most a
+         * datagram carries (sparse_window.SparseAllreduceOp._answer_size) */
+        size_t answer = p->flags & F_SPARSE
+            ? DLC_MAX_DGRAM - DLC_HDR - (c->auth == AUTH_NONE ? 0 : DLC_TAG) : 4u * p->numel;
+        size_t pad = resend ? answer : (size_t)(c->workers + 7) / 8;
         if (c->used + DLC_HDR + pad + DLC_TAG > c->cap - 65600) return;
         uint8_t *buf = c->scratch + c->used;
         memset(buf + DLC_HDR, 0, pad);
@@ -259,11 +281,11 @@ static void send_pos(dlc_client *c, cl_pos *p, double now, int probe) {
     /* the packet's payload is in place; a retransmission is sealed anew (a new counter) */
     uint8_t *out = p->pkt;
     if (c->auth == AUTH_ENCRYPT) {
-        if (c->used + DLC_HDR + 4u * p->numel + DLC_TAG > c->cap - 65600) return;
+        if (c->used + DLC_HDR + p->plen + DLC_TAG > c->cap - 65600) return;
         out = c->scratch + c->used;
-        c->used += DLC_HDR + 4u * p->numel + DLC_TAG;
+        c->used += DLC_HDR + p->plen + DLC_TAG;
     }
-    size_t len = seal_packet(c, s, p->pkt, &h, 4u * p->numel, out);
+    size_t len = seal_packet(c, s, p->pkt, &h, p->plen, out);
     push(c, s, out, len);
 }
 
@@ -276,11 +298,19 @@ static int next_exp(dlc_client *c, int chunk) {
     return c->exps[chunk];
 }
 
-static void arm(dlc_client *c, cl_pos *p, int chunk, int e_max, double now) {
+static void next_round(dlc_client *c, cl_pos *p) {
     cl_shard *s = &c->shards[p->shard];
     p->seq = s->seqs[p->slot]++;
     p->retries = 0; p->has_missing = 0; p->missing = 0; p->complete_seen = 0; p->probed = 0;
     p->waits = 0;
+}
+
+/* A dense round of `chunk` (or the exponent round, chunk < 0); `announce` is the exponent
+ * it announces (EXP_UNKNOWN: the chunk a window further on, as dense mode does). */
+static void arm_with(dlc_client *c, cl_pos *p, int chunk, int e_max, double now,
+                     int32_t announce) {
+    next_round(c, p);
+    p->flags = 0;
     if (chunk < 0) {
         p->chunk = -1; p->numel = 0; p->tsi = (uint32_t)(c->n & 0xFFFFFFFFu);
         p->exp_announced = (int16_t)next_exp(c, p->index);
@@ -291,10 +321,20 @@ static void arm(dlc_client *c, cl_pos *p, int chunk, int e_max, double now) {
         quantize_into((int32_t *)(void *)(p->pkt + DLC_HDR), c->data + lo, hi - lo, e_max,
                       c->log2n, c->limit);
         p->numel = (uint16_t)(hi - lo); p->tsi = (uint32_t)lo;
-        p->exp_announced = (int16_t)next_exp(c, chunk + c->npos);
+        p->exp_announced = (int16_t)(announce == EXP_UNKNOWN ? next_exp(c, chunk + c->npos)
+                                                             : announce);
     }
+    p->plen = 4u * p->numel;
     send_pos(c, p, now, 0);
 }
+
+static void arm(dlc_client *c, cl_pos *p, int chunk, int e_max, double now) {
+    arm_with(c, p, chunk, e_max, now, EXP_UNKNOWN);
+}
+
+static void sparse_announce(dlc_client *c, cl_pos *p, double now);
+static int sparse_result(dlc_client *c, cl_pos *p, const dlc_hdr *h, const uint8_t *payload,
+                         size_t plen, double now);
 
 /* Begin summing data[0:n] into out (which may be data). Outputs: the exponent rounds. */
 int dlc_client_begin(dlc_client *c, const float *data, float *out, size_t n, double now) {
@@ -398,10 +438,16 @@ static void on_packet(dlc_client *c, int si, const dlc_hdr *h, const uint8_t *pa
     }
     if (h->type != T_RESULT) return;
     if (h->exp == EXP_NONFINITE) { nonfinite(c); return; }
-    /* numel values, exactly: on_datagram's length check passes a RESULT flagged PROBE */
-    if ((h->flags & F_SPARSE) || h->numel != p->numel || plen != 4u * h->numel) return;
     double sent_at = p->sent_at;
     int probed = p->probed, nxt;
+    if (c->sparse) {
+        if (!sparse_result(c, p, h, payload, plen, now)) return;   /* not this round's */
+        if (!probed) rtt_sample(c, now - sent_at);
+        c->last_progress = now;
+        return;
+    }
+    /* numel values, exactly: on_datagram's length check passes a RESULT flagged PROBE */
+    if ((h->flags & F_SPARSE) || h->numel != p->numel || plen != 4u * h->numel) return;
     if (p->chunk >= 0) {
         dequantize_into(c->out + p->tsi, (const int32_t *)(const void *)payload, h->numel,
                         p->e_used, c->log2n);
@@ -797,3 +843,331 @@ void dlc_sparse_scan(const float *x, size_t n, int b, uint8_t *present, uint8_t 
         memcpy(&peaks[i], &peak, 4);
     }
 }
+
+/* -- the worker's sparse op (sparse_window.SparseAllreduceOp, rule for rule) ------------- */
+static void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+
+static int32_t exp_of_bits(uint32_t peak) {   /* a peak's exponent (wire/quant.py) */
+    if (peak >= 0x7f800000u) return EXP_NONFINITE;
+    if (peak == 0) return EXP_ZERO;
+    float f;
+    memcpy(&f, &peak, 4);
+    int e;
+    frexp((double)f, &e);
+    return e;
+}
+
+/* The position's look-ahead (its next LOOKAHEAD groups from the cursor) at `at`: rows of
+ * group, exponent, mask words. Returns the bytes written. */
+static size_t write_look(const dlc_client *c, int index, uint8_t *at, uint32_t *rows) {
+    int from = c->cursor[index], left = c->mine_cnt[index] - from;
+    int n = left < DLC_LOOKAHEAD ? left : DLC_LOOKAHEAD;
+    const int *g = c->mine + c->mine_off[index] + from;
+    uint8_t *p = at;
+    for (int i = 0; i < n; i++) {
+        wr32(p, (uint32_t)g[i]); wr32(p + 4, (uint32_t)c->exps[g[i]]);
+        memcpy(p + 8, c->packed + (size_t)g[i] * (size_t)c->words, 4u * (size_t)c->words);
+        p += 8 + 4u * (size_t)c->words;
+    }
+    *rows = (uint32_t)n;
+    return (size_t)(p - at);
+}
+
+static void sparse_header(cl_pos *p, uint16_t numel, uint32_t tsi, uint8_t flags) {
+    p->numel = numel; p->tsi = tsi; p->exp_announced = EXP_ZERO; p->flags = flags;
+}
+
+/* An announce round: no values, this worker's look-ahead. */
+static void sparse_announce(dlc_client *c, cl_pos *p, double now) {
+    next_round(c, p);
+    p->chunk = -1; p->nplan = 0; p->in_run = 0;
+    uint8_t *body = p->pkt + DLC_HDR;
+    uint32_t rows;
+    size_t head = write_look(c, p->index, body + 12, &rows);
+    wr32(body, 0); wr32(body + 4, rows); wr32(body + 8, 0);
+    p->plen = 12 + head;
+    sparse_header(p, 0, (uint32_t)(c->n & 0xFFFFFFFFu), F_SPARSE | F_ANNOUNCE);
+    send_pos(c, p, now, 0);
+}
+
+static int32_t plan_exp(const cl_pos *p, int64_t g, int *found) {
+    int lo = 0, hi = p->nplan;   /* plan_g sorted */
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (p->plan_g[mid] < g) lo = mid + 1; else hi = mid;
+    }
+    *found = lo < p->nplan && p->plan_g[lo] == g;
+    return *found ? p->plan_e[lo] : 0;
+}
+
+/* This worker's blocks of the planned groups it has (its groups up to the plan's last),
+ * quantized each with its group's agreed exponent, and its next look-ahead. */
+static void sparse_send_groups(dlc_client *c, cl_pos *p, double now) {
+    next_round(c, p);
+    int index = p->index, from = c->cursor[index], sel = 0;
+    const int *g = c->mine + c->mine_off[index] + from;
+    int64_t top = p->plan_g[p->nplan - 1];
+    while (from + sel < c->mine_cnt[index] && g[sel] <= top) sel++;
+    size_t w = (size_t)c->words, b = (size_t)c->block;
+    uint8_t *body = p->pkt + DLC_HDR;
+    /* the values first (after room for the largest head: the look-ahead is written last,
+     * once the cursor has moved), then everything is laid out in order */
+    size_t head_room = 12 + (size_t)DLC_LOOKAHEAD * (8 + 4 * w) + (size_t)sel * (4 + 4 * w);
+    int32_t *q = (int32_t *)(void *)(body + head_room);
+    size_t rows = 0;
+    for (int i = 0; i < sel; i++) {
+        int found;
+        int32_t e = plan_exp(p, g[i], &found);
+        const uint8_t *mask = c->gmask + (size_t)g[i] * (size_t)c->m;
+        for (int j = 0; j < c->m; j++) {
+            if (!mask[j]) continue;
+            size_t start = ((size_t)g[i] * (size_t)c->m + (size_t)j) * b;
+            size_t len = start >= c->n ? 0 : c->n - start < b ? c->n - start : b;
+            quantize_into(q + rows * b, c->data + start, len, sane_exp(e), c->log2n, c->limit);
+            if (len < b) memset(q + rows * b + len, 0, 4 * (b - len));
+            rows++;
+        }
+    }
+    c->cursor[index] += sel;
+    uint32_t nhead;
+    size_t head = write_look(c, index, body + 12, &nhead);
+    uint8_t *at = body + 12 + head;
+    for (int i = 0; i < sel; i++) wr32(at + 4u * (size_t)i, (uint32_t)g[i]);
+    at += 4u * (size_t)sel;
+    for (int i = 0; i < sel; i++) memcpy(at + 4 * w * (size_t)i, c->packed + (size_t)g[i] * w, 4 * w);
+    at += 4 * w * (size_t)sel;
+    memmove(at, q, 4 * rows * b);
+    wr32(body, (uint32_t)sel); wr32(body + 4, nhead); wr32(body + 8, sel ? (uint32_t)c->m : 0);
+    p->plen = (size_t)(at - body) + 4 * rows * b;
+    p->chunk = (int)p->plan_g[0];
+    sparse_header(p, (uint16_t)(rows * b), (uint32_t)((uint64_t)p->plan_g[0] * (uint64_t)c->k),
+                  F_SPARSE);
+    send_pos(c, p, now, 0);
+}
+
+/* The next group of a dense run, as a plain dense round announcing the run's next one. */
+static void sparse_dense_round(dlc_client *c, cl_pos *p, int e_max, double now) {
+    int group = (int)p->run_g[p->run_at++];
+    c->cursor[p->index]++;
+    int32_t following = p->run_at < p->nrun ? c->exps[p->run_g[p->run_at]] : EXP_ZERO;
+    arm_with(c, p, group, e_max, now, following);
+}
+
+static int by_group(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* A result's plan (group, exponent rows; a group listed twice keeps its last exponent, as
+ * a dict does) into the position's sorted plan. 0, or -1 out of memory. */
+static int take_plan(cl_pos *p, const dlc_sparse_view *v) {
+    int n = (int)v->nhead;
+    int64_t *g = realloc(p->plan_g, (size_t)(n ? n : 1) * sizeof *g);
+    if (g) p->plan_g = g;
+    int32_t *e = realloc(p->plan_e, (size_t)(n ? n : 1) * sizeof *e);
+    if (e) p->plan_e = e;
+    int64_t *keys = malloc((size_t)(n ? n : 1) * 2 * sizeof *keys);
+    if (!g || !e || !keys) { free(keys); return -1; }
+    for (int i = 0; i < n; i++) {   /* (group, row): sort, then keep each group's last row */
+        keys[2 * i] = (int64_t)rd32(v->head + 8u * (size_t)i);
+        keys[2 * i + 1] = i;
+    }
+    qsort(keys, (size_t)n, 2 * sizeof *keys, by_group);   /* by group, then by row */
+    int out = 0;
+    for (int i = 0; i < n; i++) {
+        if (i + 1 < n && keys[2 * (i + 1)] == keys[2 * i]) continue;
+        p->plan_g[out] = keys[2 * i];
+        p->plan_e[out] = (int32_t)rd32(v->head + 8u * (size_t)keys[2 * i + 1] + 4);
+        out++;
+    }
+    p->nplan = out;
+    free(keys);
+    return 0;
+}
+
+static void plan_error(dlc_client *c, const cl_pos *p) {
+    int len = snprintf(c->error_text, sizeof c->error_text, "the switch planned groups [");
+    for (int i = 0; i < p->nplan && i < 4; i++)
+        len += snprintf(c->error_text + len, sizeof c->error_text - (size_t)len, "%s%lld",
+                        i ? ", " : "", (long long)p->plan_g[i]);
+    snprintf(c->error_text + len, sizeof c->error_text - (size_t)len,
+             "] for window position %d: the workers' tensors differ", p->index);
+    c->error_arg = (long)strlen(c->error_text);
+    c->error_kind = E_PLAN;
+    c->error_shard = p->shard;
+}
+
+/* sparse_window._on_result: 0 if the datagram is not this round's result. */
+static int sparse_result(dlc_client *c, cl_pos *p, const dlc_hdr *h, const uint8_t *payload,
+                         size_t plen, double now) {
+    if (!(h->flags & F_SPARSE)) {   /* a dense round of a run */
+        if (p->chunk < 0 || !p->in_run || h->numel != p->numel || plen != 4u * h->numel)
+            return 0;
+        dequantize_into(c->out + (size_t)p->chunk * (size_t)c->k,
+                        (const int32_t *)(const void *)payload, h->numel, p->e_used, c->log2n);
+        c->union_blocks += c->m;   /* a run's groups are full on every worker */
+        if (p->run_at < p->nrun) sparse_dense_round(c, p, h->exp, now);
+        else { p->in_run = 0; sparse_announce(c, p, now); }
+        return 1;
+    }
+    dlc_sparse_view v;
+    if (dlc_sparse_decode(payload, plen, h->numel, c->block, 2, &v)) return 0;
+    if (v.nseg && v.m != (uint32_t)c->m) return 0;
+    for (uint32_t i = 0; i < v.nseg; i++) {   /* groups of the round it planned */
+        int found;
+        plan_exp(p, rd32(v.groups + 4u * i), &found);
+        if (!found) return 0;
+    }
+    size_t b = (size_t)c->block, full = c->n / b, rows = 0;
+    int tail = 0;
+    for (uint32_t i = 0; i < v.nseg; i++) {   /* the sums, each group with its exponent */
+        int found;
+        int64_t g = rd32(v.groups + 4u * i);
+        int e = sane_exp(plan_exp(p, g, &found));
+        for (int j = 0; j < c->m; j++) {
+            if (!(rd32(v.masks + 4u * ((size_t)i * (size_t)c->words + (size_t)j / 32)) >> (j % 32) & 1))
+                continue;
+            size_t blk = (size_t)g * (size_t)c->m + (size_t)j;
+            const int32_t *t = (const int32_t *)(const void *)(v.values + 4 * b * rows++);
+            if (blk < full) dequantize_into(c->out + blk * b, t, b, e, c->log2n);
+            else if (!tail++) dequantize_into(c->out + full * b, t, c->n - full * b, e, c->log2n);
+            c->union_blocks++;
+        }
+    }
+    if (take_plan(p, &v)) { p->nplan = 0; c->error_kind = E_NO_ANSWER; return 1; }
+    if (!p->nplan) { p->done = 1; return 1; }
+    for (int i = 0; i < p->nplan; i++)
+        if (p->plan_e[i] == EXP_NONFINITE) { nonfinite(c); return 1; }
+    for (int i = 0; i < p->nplan; i++)
+        if (p->plan_g[i] >= c->chunks || p->plan_g[i] % c->npos != p->index) {
+            plan_error(c, p);
+            return 1;
+        }
+    if (h->flags & F_RUN) {
+        int64_t *rg = realloc(p->run_g, (size_t)p->nplan * sizeof *rg);
+        if (rg) p->run_g = rg;
+        int32_t *re = realloc(p->run_e, (size_t)p->nplan * sizeof *re);
+        if (re) p->run_e = re;
+        if (!rg || !re) { c->error_kind = E_NO_ANSWER; return 1; }
+        memcpy(p->run_g, p->plan_g, (size_t)p->nplan * sizeof *rg);
+        memcpy(p->run_e, p->plan_e, (size_t)p->nplan * sizeof *re);
+        p->nrun = p->nplan; p->run_at = 0; p->in_run = 1;
+        sparse_dense_round(c, p, p->run_e[0], now);
+        return 1;
+    }
+    int index = p->index;   /* every group this worker sends is planned, in one datagram */
+    const int *g = c->mine + c->mine_off[index] + c->cursor[index];
+    long blocks = 0;
+    for (int i = 0; c->cursor[index] + i < c->mine_cnt[index] && g[i] <= p->plan_g[p->nplan - 1]; i++) {
+        int found;
+        plan_exp(p, g[i], &found);
+        for (int j = 0; j < c->m; j++) blocks += c->gmask[(size_t)g[i] * (size_t)c->m + (size_t)j];
+        if (!found || blocks > c->m) { plan_error(c, p); return 1; }
+    }
+    sparse_send_groups(c, p, now);
+    return 1;
+}
+
+/* Begin summing data[0:n] into out (which may be data) in sparse rounds of blocks of
+ * `block` (threshold 0). present/negative_zero (one byte per block, or NULL: this call
+ * scans the data) are wire/sparse.present_blocks'. Outputs: the announce rounds. 0, -1
+ * out of memory, -2 a block that does not divide k. */
+int dlc_client_begin_sparse(dlc_client *c, float *data, float *out, size_t n, int block,
+                            const uint8_t *present_in, const uint8_t *negzero_in, double now) {
+    if (block < 1 || c->k % block) return -2;
+    if (dlc_client_begin(c, data, out, 0, now)) return -1;   /* frees the last op */
+    c->nouts = 0; c->used = 0;
+    c->data = data; c->out = out; c->n = n; c->sparse = 1; c->block = block;
+    c->m = c->k / block; c->words = (c->m + 31) / 32; c->union_blocks = 0;
+    size_t b = (size_t)block, blocks = (n + b - 1) / b;
+    c->chunks = (int)((n + (size_t)c->k - 1) / (size_t)c->k);
+    size_t chunks = (size_t)c->chunks, m = (size_t)c->m;
+    uint8_t *present = malloc(blocks + 1), *negzero = malloc(blocks + 1);
+    uint32_t *peaks = malloc(4 * (blocks + 1));
+    free(c->exps);
+    c->exps = malloc(4 * (chunks + 1));
+    c->gmask = calloc(chunks * m + 1, 1);
+    c->packed = calloc(chunks * (size_t)c->words + 1, 4);
+    if (!present || !negzero || !peaks || !c->exps || !c->gmask || !c->packed) {
+        free(present); free(negzero); free(peaks);
+        return -1;
+    }
+    if (present_in) {   /* the caller's pass: the peaks of the present blocks only */
+        memcpy(present, present_in, blocks); memcpy(negzero, negzero_in, blocks);
+        const uint32_t *u = (const uint32_t *)(const void *)data;
+        for (size_t i = 0; i < blocks; i++) {
+            uint32_t peak = 0;
+            size_t lo = i * b, hi = lo + b < n ? lo + b : n;
+            for (size_t j = lo; present[i] && j < hi; j++) {
+                uint32_t a = u[j] & 0x7fffffffu;
+                peak = a > peak ? a : peak;
+            }
+            peaks[i] = peak;
+        }
+    } else {
+        dlc_sparse_scan(data, n, block, present, negzero, (float *)(void *)peaks);
+    }
+    for (size_t i = 0; i < blocks; i++) {   /* absent blocks holding a -0.0 become +0.0 */
+        if (!present[i] && negzero[i]) {
+            size_t lo = i * b, hi = lo + b < n ? lo + b : n;
+            memset(data + lo, 0, 4 * (hi - lo));
+        }
+        c->gmask[i] = present[i];
+    }
+    for (size_t g = 0; g < chunks; g++) {
+        uint32_t peak = 0;
+        for (size_t j = 0; j < m; j++) {
+            size_t i = g * m + j;
+            if (i < blocks && peaks[i] > peak) peak = peaks[i];
+            if (c->gmask[i]) c->packed[g * (size_t)c->words + j / 32] |= 1u << (j % 32);
+        }
+        c->exps[g] = exp_of_bits(peak);
+    }
+    free(present); free(negzero); free(peaks);
+    /* positions, as dense mode lays them out, and each one's groups with data */
+    int maxslots = 0;
+    for (int s = 0; s < c->nshards; s++) maxslots = c->shards[s].slots > maxslots ? c->shards[s].slots : maxslots;
+    free(c->pos);
+    c->pos = calloc((size_t)maxslots * (size_t)c->nshards + 1, sizeof *c->pos);
+    if (!c->pos) return -1;
+    int np = 0;
+    for (int slot = 0; slot < maxslots && np < c->chunks; slot++)
+        for (int s = 0; s < c->nshards && np < c->chunks; s++)
+            if (slot < c->shards[s].slots) {
+                cl_pos *p = &c->pos[np];
+                p->index = np; p->shard = s; p->slot = slot;
+                p->pkt = malloc(DLC_MAX_DGRAM + DLC_HDR + DLC_TAG);
+                if (!p->pkt) { c->npos = np; return -1; }
+                np++;
+            }
+    c->npos = np;
+    int count = np > 0 ? np : 1;
+    c->mine = malloc(sizeof(int) * (chunks + 1));
+    c->mine_off = calloc((size_t)count, sizeof(int));
+    c->mine_cnt = calloc((size_t)count, sizeof(int));
+    c->cursor = calloc((size_t)count, sizeof(int));
+    if (!c->mine || !c->mine_off || !c->mine_cnt || !c->cursor) return -1;
+    int at = 0;
+    for (int i = 0; i < count; i++) {
+        c->mine_off[i] = at;
+        for (size_t g = (size_t)i; g < chunks; g += (size_t)count) {
+            int any = 0;
+            for (int w = 0; w < c->words; w++) any |= c->packed[g * (size_t)c->words + (size_t)w] != 0;
+            if (any) c->mine[at++] = (int)g;
+        }
+        c->mine_cnt[i] = at - c->mine_off[i];
+    }
+    size_t need = 3 * (size_t)np * (DLC_MAX_DGRAM + 64) + (size_t)CL_MAX_OUTS * 128 + 2 * 65600;
+    if (need > c->cap) {
+        uint8_t *bigger = realloc(c->scratch, need);
+        if (!bigger) return -1;
+        c->scratch = bigger; c->cap = need;
+    }
+    c->active = 1;
+    c->last_progress = now;
+    for (int i = 0; i < c->npos; i++) sparse_announce(c, &c->pos[i], now);
+    return 0;
+}
+
+long dlc_client_union_blocks(const dlc_client *c) { return c->union_blocks; }

@@ -163,6 +163,12 @@ void dlc_slow_clear(dlc_switch *sw);
 int dlc_slow_push(dlc_switch *sw, const uint8_t *data, size_t len, uint32_t ip,
                    uint16_t port);
 /* sparse.c */
+typedef struct {   /* a sparse payload's parts (wire/sparse.py), little-endian u32 words */
+    uint32_t nseg, nhead, m; uint64_t words;
+    const uint8_t *head, *groups, *masks, *values;
+} dlc_sparse_view;
+int dlc_sparse_decode(const uint8_t *p, size_t len, uint32_t numel, int b, int width,
+                      dlc_sparse_view *v);   /* 0 if consistent */
 int dlc_valid_exponent(int e);
 int dlc_sparse_alloc(dlc_job *job);                    /* 0, or -2: out of memory */
 void dlc_sparse_free(dlc_job *job);

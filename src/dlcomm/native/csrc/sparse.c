@@ -112,13 +112,9 @@ int dlc_sparse_start(dlc_job *job, dlc_slot *s, dlc_copy *c, const dlc_hdr *h) {
 }
 
 /* -- a contribution (sparse_rounds.add_sparse) ------------------------------------------ */
-typedef struct {
-    uint32_t nseg, nhead, m; uint64_t words;
-    const uint8_t *head, *groups, *masks, *values;
-} sp_view;
-
 /* wire/sparse.decode: 0 if the payload is consistent, -1 if not. */
-static int decode(const uint8_t *p, size_t len, uint32_t numel, int b, int width, sp_view *v) {
+int dlc_sparse_decode(const uint8_t *p, size_t len, uint32_t numel, int b, int width,
+                      dlc_sparse_view *v) {
     if (len < 12) return -1;
     v->nseg = rd32(p); v->nhead = rd32(p + 4); v->m = rd32(p + 8);
     v->words = words_of(v->m);
@@ -161,8 +157,8 @@ int dlc_sparse_add(dlc_job *job, dlc_slot *s, dlc_copy *c, const dlc_hdr *h,
                    const uint8_t *payload, size_t len) {
     int m = job->m, b = job->block, words = (int)words_of((uint64_t)m), width = 2 + words;
     dlc_sparse_copy *sp = c->sp;
-    sp_view v;
-    if (decode(payload, len, h->numel, b, width, &v)) return C_drop_length;
+    dlc_sparse_view v;
+    if (dlc_sparse_decode(payload, len, h->numel, b, width, &v)) return C_drop_length;
     uint32_t stray = beyond((uint64_t)m);
     for (uint32_t r = 0; r < v.nhead; r++)   /* the look-ahead's masks: no bit beyond m */
         if (rd32(v.head + 4ull * ((uint64_t)r * width + width - 1)) & stray) return C_drop_length;
