@@ -44,6 +44,7 @@ typedef struct {
 
 typedef struct {
     int fd, rank, workers, k, auth, nshards, gso; int32_t limit; int log2n;
+    size_t gso_max;   /* segments of this size or more exceeded the path's frame: no GSO */
     double init_to, min_to, max_to, deadline_s, drop_rate; uint64_t rng;
     cl_shard shards[MAX_SHARDS];
     double samples[RTT_WINDOW]; int nsamples, head, fresh, have_srtt; double srtt, median;
@@ -110,7 +111,7 @@ dlc_client *dlc_client_new(int fd, int rank, int workers, int k, int auth, doubl
     c->fd = fd; c->rank = rank; c->workers = workers; c->k = k; c->auth = auth;
     c->init_to = init_to; c->min_to = min_to; c->max_to = max_to; c->deadline_s = deadline_s;
     c->drop_rate = drop_rate; c->rng = seed * 0x9E3779B97F4A7C15ull + 7;
-    c->log2n = 1; c->gso = 1;
+    c->log2n = 1; c->gso = 1; c->gso_max = SIZE_MAX;
     while ((1 << c->log2n) < workers) c->log2n++;
     c->limit = (int32_t)((1u << (31 - c->log2n)) - 1);
     c->crypto = dlc_crypto_new();
@@ -636,6 +637,7 @@ static int send_gso(dlc_client *c, int from, int to) {
             continue;
         }
         if (errno == EIO || errno == EINVAL) { c->gso = 0; return 1; }   /* no GSO: plain */
+        if (errno == EMSGSIZE) { c->gso_max = seg; return 1; }   /* segments beyond a frame */
         return -errno;
     }
 }
@@ -681,7 +683,7 @@ static int flush(dlc_client *c) {
     while (i < w && r >= 0) {
         int j = i + 1;
         size_t seg = c->outs[i].iov[0].iov_len, total = seg;
-        if (c->gso)
+        if (c->gso && seg < c->gso_max)
             while (j < w && j - i < 64 && c->outs[j].ip == c->outs[i].ip &&
                    c->outs[j].port == c->outs[i].port && c->outs[j].iov[0].iov_len == seg &&
                    total + seg <= 65000) { total += seg; j++; }

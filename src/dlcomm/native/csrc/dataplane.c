@@ -211,6 +211,20 @@ static void gso_send(dlc_ctx *ctx, dlc_gso *b) {
     }
     ctx->counters[C_send_calls]++;
     ssize_t r = sendmsg(ctx->send_fd, &m, 0);
+    if (r < 0 && b->count > 1 && errno == EMSGSIZE) {   /* segments beyond the path's frame */
+        m.msg_control = NULL; m.msg_controllen = 0;
+        size_t sent = 0;
+        for (int i = 0; i < b->count; i++) {   /* one datagram each, as without GSO */
+            iov.iov_base = b->buf + (size_t)i * b->seg; iov.iov_len = b->seg;
+            ctx->counters[C_send_calls]++;
+            ssize_t one = sendmsg(ctx->send_fd, &m, 0);
+            if (one < 0) ctx->counters[C_send_errors]++;
+            else { ctx->counters[C_packets_out]++; sent += (size_t)one; }
+        }
+        ctx->counters[C_bytes_out] += sent;
+        b->count = 0; b->used = 0;
+        return;
+    }
     if (r < 0) {
         ctx->counters[C_send_errors] += (uint64_t)b->count;
         if (b->count > 1 && (errno == EIO || errno == EINVAL)) ctx->gso = 0;   /* no GSO */
