@@ -337,6 +337,26 @@ static void sparse_announce(dlc_client *c, cl_pos *p, double now);
 static int sparse_result(dlc_client *c, cl_pos *p, const dlc_hdr *h, const uint8_t *payload,
                          size_t plen, double now);
 
+/* The op's window positions, slot by slot over the shards, one per chunk at most (window.py's
+ * order), each with a packet buffer of `pkt` bytes. 0, or -1 out of memory. */
+static int lay_out(dlc_client *c, size_t pkt) {
+    int maxslots = 0;
+    for (int s = 0; s < c->nshards; s++) maxslots = c->shards[s].slots > maxslots ? c->shards[s].slots : maxslots;
+    c->npos = 0;
+    c->pos = calloc((size_t)maxslots * (size_t)c->nshards + 1, sizeof *c->pos);
+    if (!c->pos) return -1;
+    for (int slot = 0; slot < maxslots && c->npos < c->chunks; slot++)
+        for (int s = 0; s < c->nshards && c->npos < c->chunks; s++)
+            if (slot < c->shards[s].slots) {
+                cl_pos *p = &c->pos[c->npos];
+                p->index = c->npos; p->shard = s; p->slot = slot;
+                p->pkt = malloc(pkt);
+                if (!p->pkt) return -1;
+                c->npos++;
+            }
+    return 0;
+}
+
 /* Begin summing data[0:n] into out (which may be data). Outputs: the exponent rounds. */
 int dlc_client_begin(dlc_client *c, const float *data, float *out, size_t n, double now) {
     op_free(c);
@@ -346,21 +366,8 @@ int dlc_client_begin(dlc_client *c, const float *data, float *out, size_t n, dou
     c->exps = malloc(sizeof(int32_t) * (size_t)(c->chunks ? c->chunks : 1));
     if (!c->exps) return -1;
     for (int j = 0; j < c->chunks; j++) c->exps[j] = EXP_UNKNOWN;
-    int maxslots = 0;
-    for (int s = 0; s < c->nshards; s++) maxslots = c->shards[s].slots > maxslots ? c->shards[s].slots : maxslots;
-    c->pos = calloc((size_t)maxslots * (size_t)c->nshards + 1, sizeof *c->pos);
-    if (!c->pos) return -1;
-    int np = 0;
-    for (int slot = 0; slot < maxslots && np < c->chunks; slot++)
-        for (int s = 0; s < c->nshards && np < c->chunks; s++)
-            if (slot < c->shards[s].slots) {
-                cl_pos *p = &c->pos[np];
-                p->index = np; p->shard = s; p->slot = slot;
-                p->pkt = malloc(DLC_HDR + 4u * (size_t)c->k + DLC_TAG);
-                if (!p->pkt) { c->npos = np; return -1; }
-                np++;
-            }
-    c->npos = np;
+    if (lay_out(c, DLC_HDR + 4u * (size_t)c->k + DLC_TAG)) return -1;
+    int np = c->npos;
     size_t need = 2 * (size_t)np * (DLC_HDR + 4u * (size_t)c->k + DLC_TAG) +
                   (size_t)CL_MAX_OUTS * 128 + 2 * 65600;
     if (need > c->cap) {   /* room for every position's packet twice (encrypted copies) */
@@ -1128,22 +1135,9 @@ int dlc_client_begin_sparse(dlc_client *c, float *data, float *out, size_t n, in
     }
     free(present); free(negzero); free(peaks);
     /* positions, as dense mode lays them out, and each one's groups with data */
-    int maxslots = 0;
-    for (int s = 0; s < c->nshards; s++) maxslots = c->shards[s].slots > maxslots ? c->shards[s].slots : maxslots;
     free(c->pos);
-    c->pos = calloc((size_t)maxslots * (size_t)c->nshards + 1, sizeof *c->pos);
-    if (!c->pos) return -1;
-    int np = 0;
-    for (int slot = 0; slot < maxslots && np < c->chunks; slot++)
-        for (int s = 0; s < c->nshards && np < c->chunks; s++)
-            if (slot < c->shards[s].slots) {
-                cl_pos *p = &c->pos[np];
-                p->index = np; p->shard = s; p->slot = slot;
-                p->pkt = malloc(DLC_MAX_DGRAM + DLC_HDR + DLC_TAG);
-                if (!p->pkt) { c->npos = np; return -1; }
-                np++;
-            }
-    c->npos = np;
+    if (lay_out(c, DLC_MAX_DGRAM + DLC_HDR + DLC_TAG)) return -1;
+    int np = c->npos;
     int count = np > 0 ? np : 1;
     c->mine = malloc(sizeof(int) * (chunks + 1));
     c->mine_off = calloc((size_t)count, sizeof(int));
