@@ -162,6 +162,16 @@ int dlc_client_shard(dlc_client *c, uint32_t ip, uint16_t port, uint16_t job, in
 /* -- quantization (wire/quant.py), written for the vectoriser --------------------------- */
 /* The chunk's exponent: max |x| on the float's bits (as unsigned integers they order like the
  * magnitudes; NaN and infinities are those from 0x7f800000 up), so the loop vectorises. */
+static int32_t exp_of_bits(uint32_t peak) {   /* the exponent of a peak's bits (wire/quant.py) */
+    if (peak >= 0x7f800000u) return EXP_NONFINITE;
+    if (peak == 0) return EXP_ZERO;
+    float f;
+    memcpy(&f, &peak, 4);
+    int e;
+    frexp((double)f, &e);
+    return e;
+}
+
 __attribute__((target_clones("avx2", "default")))
 static int32_t chunk_exp(const float *restrict x, size_t n) {
     const uint32_t *restrict b = (const uint32_t *)(const void *)x;
@@ -170,13 +180,7 @@ static int32_t chunk_exp(const float *restrict x, size_t n) {
         uint32_t a = b[i] & 0x7fffffffu;
         peak = a > peak ? a : peak;
     }
-    if (peak >= 0x7f800000u) return EXP_NONFINITE;
-    if (peak == 0) return EXP_ZERO;
-    float f;
-    memcpy(&f, &peak, 4);
-    int e;
-    frexp((double)f, &e);
-    return e;
+    return exp_of_bits(peak);
 }
 
 /* q = rint(x * 2^s) clamped to +-limit, s = 31 - L - e_max (wire/quant.quantize). In float32
@@ -856,16 +860,6 @@ void dlc_sparse_scan(const float *x, size_t n, int b, uint8_t *present, uint8_t 
 /* -- the worker's sparse op (sparse_window.SparseAllreduceOp, rule for rule) ------------- */
 static void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 static uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
-
-static int32_t exp_of_bits(uint32_t peak) {   /* a peak's exponent (wire/quant.py) */
-    if (peak >= 0x7f800000u) return EXP_NONFINITE;
-    if (peak == 0) return EXP_ZERO;
-    float f;
-    memcpy(&f, &peak, 4);
-    int e;
-    frexp((double)f, &e);
-    return e;
-}
 
 /* The position's look-ahead (its next LOOKAHEAD groups from the cursor) at `at`: rows of
  * group, exponent, mask words. Returns the bytes written. */
