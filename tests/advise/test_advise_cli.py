@@ -66,6 +66,8 @@ def test_a_catalog_model_is_profiled_from_the_catalog(job_tmp):
     (("--host-speedup", "2", "--verify", "1"), "drop --host-speedup"),
     (("--calibration", "missing.json"), "--calibration: no such file"),
     (("--host-speedup", "0"), "--host-speedup must be positive"),
+    (("--compute-ms", "30"), "--compute-ms emulates compute in dlcomm's trainable"),
+    (("--compute-ms", "-1"), "--compute-ms must be >= 0"),
 ])
 def test_bad_constants_options_are_one_clear_line(job_tmp, args, message):
     res = advise(job_tmp, "--workload", "resnet50", "--methods", "fp16", *args)
@@ -85,6 +87,24 @@ def test_a_calibration_file_and_named_hosts(job_tmp):
     assert doc["config"]["constants"]["source"] == "here"
     assert doc["config"]["cluster"]["cpu_factor"] == 0.25
     assert doc["config"]["host_speedup"] == 4.0
+
+
+def test_a_straggler_measures_the_decentralized_protocols(job_tmp):
+    res = advise(job_tmp, "--workload", "digits-cnn", "--workers", "2", "--bandwidth", "1gbit",
+                 "--straggler", "1:4", "--compute-ms", "5", "--methods", "fp16",
+                 "--json", "s.json")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "measuring --sync hop" in res.stderr and "measuring --sync prague" in res.stderr
+    doc = json.loads((job_tmp / "s.json").read_text())
+    validate_result(doc)
+    assert doc["profile"]["emulated_s"] == 0.005 and doc["config"]["compute_ms"] == 5.0
+    cands = {c["candidate"]: c for c in doc["candidates"]}
+    for sync in ("hop", "prague"):
+        assert cands[f"ring --sync {sync}"]["iteration_cpu_s"] >= 0.0
+    assert cands["ring"]["iteration_cpu_s"] is None
+    # bsp waits for the straggler's 4 x 5 ms; the others' 5 ms of compute fills 1 x of it
+    preds = {p["candidate"]: p for p in doc["predictions"]}
+    assert preds["ring"]["compute_s"] > 0.015
 
 
 @pytest.mark.slow

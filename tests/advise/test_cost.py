@@ -4,9 +4,18 @@ from dataclasses import replace
 
 import pytest
 
-from dlcomm.advise.cost import Candidate, Cluster, Constants, bucket_time, predict, timeline
+from dlcomm.advise.cost import (
+    Candidate,
+    Cluster,
+    Constants,
+    bucket_time,
+    predict,
+    protocol_cpu_s,
+    sync_costs,
+    timeline,
+)
 from dlcomm.advise.profile import JobProfile
-from dlcomm.advise.run import advise_result, machine_factor, rank, straggler_delays, sweep
+from dlcomm.advise.run import advise_result, machine_factor, rank, straggler_clusters, sweep
 from dlcomm.advise.verify import median_step_time, score, train_args_for
 from dlcomm.errors import ConfigError
 from dlcomm.workloads.catalog.compute import Bucket
@@ -91,17 +100,61 @@ def test_ranking_sweep_and_result():
     assert result["summary"]["confidence"]["level"] in ("high", "medium", "low")
 
 
-def test_stragglers_slow_bsp_not_the_decentralized_protocols():
-    toy, c = job(compute_s=0.3), Cluster(4, 1e9, compute_factor=2.0)
-    assert straggler_delays(toy, c, None) == (0.0, 0.0)
-    # 4x slower: 3 more forward+backward times (3 x forward: 0.1 s x 2 shared) per step
-    bsp, spread = straggler_delays(toy, c, (1, 4.0))
-    assert bsp == pytest.approx(3 * 3 * 0.1 * 2) and spread == pytest.approx(bsp / 4)
-    slow = predict(toy, Candidate("ring"), replace(c, delay_s=bsp), K)
-    assert slow.compute_s == pytest.approx(predict(toy, Candidate("ring"), c, K).compute_s + bsp)
-    cands = [Candidate("ring"), Candidate("ring", sync="hop")]
-    preds = rank(job(compute_s=0.5), cands, Cluster(4, 1e9), K, (1, 4.0))
-    assert preds[0].candidate == "ring --sync hop"
+def test_bsp_pays_the_stragglers_sleep_beyond_what_the_others_fill():
+    toy = job(compute_s=0.3)  # forward 0.1 s, backward 0.2 s
+    c = Cluster(4, 1e9)
+    assert straggler_clusters(toy, c, None) == (c, c)
+    # own cores: the trainer's 4x straggler sleeps 3 x 3 x its forward
+    bsp, fast = straggler_clusters(toy, c, (1, 4.0))
+    assert bsp.delay_s == pytest.approx(0.9) and fast == c
+    slow = predict(toy, Candidate("ring"), bsp, K)
+    assert slow.compute_s == pytest.approx(predict(toy, Candidate("ring"), c, K).compute_s + 0.9)
+    # with emulated compute it sleeps 4 x it where the others sleep 1 x
+    emulated = replace(toy, emulated_s=0.05)
+    assert straggler_clusters(emulated, c, (1, 4.0))[0].delay_s == pytest.approx(0.15)
+    # shared cores: the others' compute (0.3 s x 2) fills 0.6 s of its 0.1 + 0.9 + 0.2 s
+    shared = replace(c, compute_factor=2.0, cpu_factor=2.0)
+    bsp, fast = straggler_clusters(toy, shared, (1, 4.0))
+    assert bsp.delay_s == pytest.approx(1.2 - 0.6)
+    # ... and its idle share speeds the others: 3 + 1/4 workers share the cores, not 4
+    assert fast.compute_factor == pytest.approx(2.0 * 3.25 / 4)
+    assert fast.cpu_factor == pytest.approx(2.0 * 3.25 / 4) and fast.delay_s == 0.0
+    # a sleep the others' compute covers costs bsp nothing
+    assert straggler_clusters(job(compute_s=0.003), replace(c, compute_factor=8.0),
+                              (1, 1.5))[0].delay_s == 0.0
+
+
+def test_decentralized_protocols_price_their_own_exchange():
+    toy, c = job(compute_s=0.5, sizes=(100 * MB,)), Cluster(8, 1e9)
+    hop = predict(toy, Candidate("ring", sync="hop"), c, K)
+    prague = predict(toy, Candidate("ring", sync="prague"), c, K)
+    links, cpu, overlaps = sync_costs(100 * MB, "hop", c, K)
+    assert overlaps and links == pytest.approx(2 * 8 * 100 * MB / (1e9 * K.ring_efficiency))
+    # hop's two models cross the links during the 0.5 s of compute; what is left shows
+    assert hop.iteration_s == pytest.approx(0.5 + cpu + links - 0.5)
+    p_links, p_cpu, p_overlaps = sync_costs(100 * MB, "prague", c, K)
+    assert not p_overlaps and prague.iteration_s == pytest.approx(0.5 + p_cpu + p_links)
+    assert hop.iteration_s != prague.iteration_s
+    # the straggler does not slow the others' steps
+    preds = {p.candidate: p for p in rank(toy, [Candidate("ring"),
+                                                Candidate("ring", sync="hop")], c, K, (1, 4.0))}
+    assert preds["ring --sync hop"].iteration_s == pytest.approx(hop.iteration_s)
+    assert preds["ring"].iteration_s > predict(toy, Candidate("ring"), c, K).iteration_s + 1.0
+
+
+@pytest.mark.parametrize("factor", [1.0, 4.0])
+@pytest.mark.parametrize("emulated", [0.0, 0.03])
+@pytest.mark.parametrize("sync", ["hop", "prague"])
+def test_a_measured_protocol_iteration_is_given_back(factor, emulated, sync):
+    toy = replace(job(compute_s=0.006, sizes=(600_000,)), emulated_s=emulated)
+    c = Cluster(8, 1e9, compute_factor=factor, cpu_factor=factor)
+    for measured in (0.09, 0.15):
+        cpu = protocol_cpu_s(measured, toy, sync, c, K)
+        assert cpu > 0
+        got = predict(toy, Candidate("ring", sync=sync, iteration_cpu_s=cpu), c, K)
+        assert got.iteration_s == pytest.approx(measured)
+    # an iteration faster than the model's floor means no protocol cost, not a negative one
+    assert protocol_cpu_s(0.001, toy, sync, c, K) == 0.0
 
 
 def test_machine_factor():

@@ -20,6 +20,9 @@ __all__ = ["advise_cmd"]
 @click.option("--batch-size", type=int, help="Samples per worker (default: the workload's).")
 @click.option("--straggler", help="RANK:FACTOR: one worker FACTOR times slower "
               "(adds bsp against hop and prague).")
+@click.option("--compute-ms", type=float, default=0.0, help="Compute per step that is not "
+              "this CPU's (an accelerator's), in ms; --verify emulates it (dlcomm train "
+              "--compute-ms).")
 @click.option("--methods", default="fp16,powersgd:rank=4,topk:ratio=0.01", show_default=True,
               help="Compressors to weigh: comma-separated specs.")
 @click.option("--only", help="Weigh only these candidates (comma-separated labels, e.g. "
@@ -39,7 +42,7 @@ __all__ = ["advise_cmd"]
 @click.option("--plot", "plot_path", help="Write the speedup-against-link-rate plot here.")
 def advise_cmd(workload: str | None, model_target: str | None, workers: int, bandwidth: str,
                accelerator: str | None, batch_size: int | None, straggler: str | None,
-               methods: str, only: str | None, verify_top: int, steps: int,
+               compute_ms: float, methods: str, only: str | None, verify_top: int, steps: int,
                host_speedup: float | None, measure: bool,
                calibration_path: str | None, json_path: str | None,
                plot_path: str | None) -> None:
@@ -59,7 +62,8 @@ def advise_cmd(workload: str | None, model_target: str | None, workers: int, ban
     result = run_advise(workload, model_target, workers, bandwidth, accelerator, batch_size,
                         straggler, methods, verify_top, steps,
                         progress=lambda m: click.echo(m, err=True), only=only,
-                        constants=constants, measure=measure, host_speedup=host_speedup)
+                        constants=constants, measure=measure, host_speedup=host_speedup,
+                        compute_ms=compute_ms)
     if json_path:
         write_json(json_path, result)
     if plot_path:

@@ -45,7 +45,10 @@ from dlcomm.native.switch import MAX_NATIVE_WORKERS
 from dlcomm.timeline import finish_time
 
 __all__ = ["Constants", "Cluster", "Candidate", "Prediction", "bucket_time", "predict",
-           "timeline", "load_constants"]
+           "sync_costs", "protocol_cpu_s", "timeline", "load_constants", "HOP_DEGREE", "PRAGUE_GROUP"]
+
+HOP_DEGREE = 2     # ``--sync hop``'s graph, a ring: two in- and two out-neighbours
+PRAGUE_GROUP = 4   # ``--sync prague``'s group size
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,7 @@ class Candidate:
     compress_bps: float = float("inf")  # compress + decompress rate, float32 bits/s
     sync: str = "bsp"
     rounds: int = 1                    # collectives per bucket (PowerSGD: 2)
+    iteration_cpu_s: float | None = None  # hop/prague: protocol CPU per iteration, measured
 
     @property
     def label(self) -> str:
@@ -226,6 +230,72 @@ def bucket_time(nbytes: float, cand: Candidate, profile: JobProfile, c: Cluster,
     return t + sum(extra.values()), terms
 
 
+def sync_costs(nbytes: float, sync: str, c: Cluster, k: Constants
+               ) -> tuple[float, float, bool]:
+    """(seconds on the links, CPU seconds per core here, whether the links overlap the
+    compute) of one decentralized iteration exchanging a model of ``nbytes``.
+
+    Hop sends the model to each out-neighbour before it computes and waits for the
+    in-neighbours' after, with a token each way per neighbour (``HOP_DEGREE`` of each, on
+    its ring graph): the links overlap the compute. Prague computes, asks the Group
+    Generator for a group (one round trip) and all-reduces the model with it (a ring of
+    ``PRAGUE_GROUP``): nothing overlaps. The CPU is gloo's copies and messages, priced
+    with the ring's constants.
+    """
+    n = c.workers
+    if sync == "hop":
+        d = min(HOP_DEGREE, n - 1)
+        bits = d * 8 * nbytes
+        links = bits / (c.link_bps * k.ring_efficiency)
+        return links, bits / k.ring_rate_bps + 4 * d * k.ring_alpha_s, True
+    if sync == "prague":
+        g = min(PRAGUE_GROUP, n)
+        bits = 2 * (g - 1) / g * 8 * nbytes
+        links = bits / (c.link_bps * k.ring_efficiency)
+        return links, bits / k.ring_rate_bps + (2 * (g - 1) + 2) * k.ring_alpha_s, False
+    raise ConfigError(f"no cost model for --sync {sync!r}")
+
+
+def protocol_cpu_s(measured_s: float, profile: JobProfile, sync: str, c: Cluster,
+                   k: Constants) -> float:
+    """A decentralized protocol's CPU per iteration beyond compute (seconds per core here)
+    from a measured homogeneous iteration on ``c``: the smaller of what the cores'
+    throughput (every worker computing, ``compute_factor`` of them per core) and what one
+    worker's path (compute, emulated compute, exposed links) leave of it, so that
+    :func:`predict` gives ``measured_s`` back on ``c``."""
+    w, emulated = profile.compute_s, profile.emulated_s
+    links, _, overlaps = sync_costs(profile.gradient_bytes, sync, c, k)
+    exposed = max(0.0, links - w - emulated) if overlaps else links
+    path = measured_s - w - emulated - exposed
+    shared = measured_s / c.compute_factor - w if c.compute_factor > 1 else path
+    return max(0.0, min(path, shared))
+
+
+def _decentralized(profile: JobProfile, cand: Candidate, c: Cluster, k: Constants
+                   ) -> Prediction:
+    """One fast worker's iteration of hop or prague: its compute and emulated compute, its
+    protocol's CPU (measured here, ``Candidate.iteration_cpu_s``, else modelled by
+    :func:`sync_costs`) and its exposed links; no buckets (models are exchanged once the
+    step is computed). Where the workers share this machine's cores
+    (``compute_factor > 1``) the iteration is the longer of one worker's path at full
+    speed and the cores' throughput, ``compute_factor`` x (compute + protocol CPU)."""
+    links, modelled, overlaps = sync_costs(profile.gradient_bytes, cand.sync, c, k)
+    cpu = modelled if cand.iteration_cpu_s is None else cand.iteration_cpu_s
+    w, emulated, f = profile.compute_s, profile.emulated_s, c.compute_factor
+    if f > 1:
+        exposed = max(0.0, links - w - emulated) if overlaps else links
+        iteration = max(w + emulated + cpu + exposed, f * (w + cpu))
+        compute = max(w + emulated, f * w)
+    else:
+        compute = w * f + emulated
+        exposed = max(0.0, links - compute) if overlaps else links
+        iteration = compute + cpu * c.cpu_factor + exposed
+    beyond = iteration - compute
+    terms = {"links": links, "switch CPU": 0.0, "worker CPU": cpu * max(f, c.cpu_factor)}
+    limiter = "compute" if beyond <= 0.1 * iteration else max(terms, key=lambda t: terms[t])
+    return Prediction(cand.label, iteration, compute, beyond, beyond, limiter, terms)
+
+
 def timeline(ready: list[float], durations: list[float]) -> float:
     """When the last bucket is done: each starts at max(its ready time, the previous end)
     (the pipeline ``--compress adaptive`` prices its choices with, too)."""
@@ -234,9 +304,13 @@ def timeline(ready: list[float], durations: list[float]) -> float:
 
 def predict(profile: JobProfile, cand: Candidate, c: Cluster, k: Constants) -> Prediction:
     """One iteration of ``profile`` on ``c`` through ``cand``."""
+    if cand.sync != "bsp":
+        return _decentralized(profile, cand, c, k)
     f = c.compute_factor
-    fwd, bwd = profile.forward_s * f + c.delay_s, profile.backward_s * f
+    fwd = profile.forward_s * f + profile.emulated_s + c.delay_s
+    bwd = profile.backward_s * f
     opt = (profile.optimizer_s + profile.overhead_s) * f  # after the last bucket
+    compute = fwd + bwd + opt
     times, totals = [], {"links": 0.0, "switch CPU": 0.0, "worker CPU": 0.0}
     for b in profile.buckets:
         t, terms = bucket_time(b.bytes, cand, profile, c, k)
@@ -245,7 +319,6 @@ def predict(profile: JobProfile, cand: Candidate, c: Cluster, k: Constants) -> P
             totals[name] += value
     done = timeline([fwd + b.ready_s * f for b in profile.buckets], times)
     iteration = max(fwd + bwd, done) + opt
-    compute = fwd + bwd + opt
     exposed = iteration - compute
     if exposed <= 0.1 * iteration:
         limiter = "compute"

@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from dlcomm.advise.candidates import candidates
-from dlcomm.advise.cost import Candidate, Cluster, Constants
+from dlcomm.advise.cost import Candidate, Cluster, Constants, protocol_cpu_s
 from dlcomm.advise.profile import (
     JobProfile,
     catalog_profile,
@@ -137,7 +138,8 @@ def run_advise(workload: str | None, model_target: str | None, workers: int, ban
                methods: str, verify_top: int, steps: int,
                progress: Callable[[str], None] = print, only: str | None = None,
                constants: Constants | None = None, measure: bool = False,
-               host_speedup: float | None = None) -> dict[str, Any]:
+               host_speedup: float | None = None, compute_ms: float = 0.0
+               ) -> dict[str, Any]:
     """The ``advise`` result for one job (with ``verify`` after ``--verify N``); the cost
     model's ``constants`` are the reference machine's unless given, or measured here."""
     link_bps = parse_rate(bandwidth)
@@ -152,6 +154,11 @@ def run_advise(workload: str | None, model_target: str | None, workers: int, ban
             raise ConfigError("advise takes --straggler RANK:FACTOR")
         lag = (parsed.rank, parsed.factor)
     catalog = workload is not None and parse_spec(workload).name in MODELS
+    if not compute_ms >= 0:
+        raise ConfigError(f"--compute-ms must be >= 0, got {compute_ms}")
+    if compute_ms and (catalog or workload is None):
+        raise ConfigError("--compute-ms emulates compute in dlcomm's trainable workloads; a "
+                          "catalog model's compute comes from --accelerator")
     calibration: dict[str, Any] | None = None
     if measure:
         from dlcomm.advise.measure import measure_constants
@@ -164,6 +171,7 @@ def run_advise(workload: str | None, model_target: str | None, workers: int, ban
         constants = with_capacity(constants or Constants(), workers, progress)
     progress("profiling the job")
     profile, kind, here = _profile(workload, model_target, workers, accelerator, batch_size)
+    profile = replace(profile, emulated_s=compute_ms / 1e3)
     k = constants or Constants()
     dilation = emulation_dilation(link_bps, workers, k) if kind == "catalog" else None
     cluster = Cluster(workers, link_bps,
@@ -174,7 +182,8 @@ def run_advise(workload: str | None, model_target: str | None, workers: int, ban
         cands = candidates(workers, tuple(split_specs(methods)), profile.shapes,
                            max((b.bytes // 4 for b in profile.buckets), default=0))
     if lag is not None:
-        cands += [Candidate("ring", sync="hop"), Candidate("ring", sync="prague")]
+        cands += _protocols(profile, kind, cluster, k, workload, bandwidth, batch_size,
+                            compute_ms, progress)
     if only:
         wanted = {w.strip() for w in split_specs(only)} | {"ring"}  # speedups need the ring
         unknown = wanted - {c.label for c in cands}
@@ -185,7 +194,7 @@ def run_advise(workload: str | None, model_target: str | None, workers: int, ban
     job = {"workload": workload, "model": model_target, "kind": kind, "workers": workers,
            "bandwidth": bandwidth, "accelerator": profile.accelerator,
            "batch_size": profile.batch, "straggler": straggler, "host_speedup": host_speedup,
-           "dilation": dilation}
+           "dilation": dilation, "compute_ms": compute_ms}
     result = advise_result(profile, cands, cluster, k, job, lag,
                            known_error=None if calibration is None
                            else calibration["fit_error"])
@@ -194,14 +203,53 @@ def run_advise(workload: str | None, model_target: str | None, workers: int, ban
     if verify_top:
         result["verify"] = _verify(result, kind, workload, workers, bandwidth, accelerator,
                                    batch_size, straggler, verify_top, steps, progress,
-                                   dilation)
+                                   dilation, compute_ms)
     return result
+
+
+def _train_args(workload: str, workers: int, bandwidth: str, batch_size: int | None,
+                compute_ms: float) -> list[str]:
+    """``dlcomm train``'s options for this job as ``--verify`` runs it: on the emulated
+    network at the job's rate when run as root, else on loopback."""
+    args = ["--workload", workload, "--workers", str(workers)]
+    if os.geteuid() == 0:
+        args += ["--network", "emulated", "--bandwidth", bandwidth]
+    if batch_size:
+        args += ["--batch-size", str(batch_size)]
+    if compute_ms:
+        args += ["--compute-ms", f"{compute_ms:g}"]
+    return args
+
+
+PROTOCOL_STEPS = 24  # a homogeneous run per decentralized protocol (the first fifth warms up)
+
+
+def _protocols(profile: JobProfile, kind: str, cluster: Cluster, k: Constants,
+               workload: str | None, bandwidth: str, batch_size: int | None,
+               compute_ms: float, progress: Callable[[str], None]) -> list[Candidate]:
+    """hop and prague over the ring; for a trainable workload each protocol's CPU per
+    iteration is measured in one homogeneous run here (no straggler), as ``--verify`` runs
+    it, and inverted through the cost model (:func:`~dlcomm.advise.cost.protocol_cpu_s`);
+    otherwise it is modelled from the ring's constants."""
+    syncs = ("hop", "prague")
+    if kind != "trainable":
+        return [Candidate("ring", sync=s) for s in syncs]
+    assert workload is not None
+    rows = [{"candidate": s, "exchange": "ring", "sync": s} for s in syncs]
+    measured = verify_trainable(_train_args(workload, cluster.workers, bandwidth, batch_size,
+                                            compute_ms), rows, PROTOCOL_STEPS,
+                                max(3, PROTOCOL_STEPS // 5), progress,
+                                doing="measuring --sync")
+    return [Candidate("ring", sync=s,
+                      iteration_cpu_s=protocol_cpu_s(measured[s], profile, s, cluster, k))
+            for s in syncs]
 
 
 def _verify(result: dict[str, Any], kind: str, workload: str | None, workers: int,
             bandwidth: str, accelerator: str | None, batch_size: int | None,
             straggler: str | None, top: int, steps: int,
-            progress: Callable[[str], None], dilation: float | None) -> dict[str, Any]:
+            progress: Callable[[str], None], dilation: float | None,
+            compute_ms: float = 0.0) -> dict[str, Any]:
     if kind == "user":
         raise ConfigError("--verify runs dlcomm's own workloads; a --model is predicted only")
     if kind == "catalog" and straggler:
@@ -221,11 +269,7 @@ def _verify(result: dict[str, Any], kind: str, workload: str | None, workers: in
             args += ["--batch", str(batch_size)]
         measured = verify_catalog(args, chosen, progress)
     else:
-        args = ["--workload", workload, "--workers", str(workers)]
-        if os.geteuid() == 0:
-            args += ["--network", "emulated", "--bandwidth", bandwidth]
-        if batch_size:
-            args += ["--batch-size", str(batch_size)]
+        args = _train_args(workload, workers, bandwidth, batch_size, compute_ms)
         if straggler:
             args += ["--straggler", straggler]
         measured = verify_trainable(args, chosen, steps, max(3, steps // 5), progress)

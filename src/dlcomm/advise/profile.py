@@ -58,9 +58,11 @@ class JobProfile:
     accelerator: str = "cpu"
     shapes: tuple[tuple[int, ...], ...] = ()  # gradient tensors (measured models)
     overhead_s: float = 0.0       # the trainer's own cost per step (data, DDP, records)
+    emulated_s: float = 0.0       # compute per step not on this CPU (--compute-ms), slept
 
     @property
     def compute_s(self) -> float:
+        """This CPU's compute per step (the emulated compute not included)."""
         return self.forward_s + self.backward_s + self.optimizer_s + self.overhead_s
 
     @property
@@ -71,7 +73,7 @@ class JobProfile:
         return {"name": self.name, "source": self.source, "accelerator": self.accelerator,
                 "batch": self.batch, "forward_s": self.forward_s,
                 "backward_s": self.backward_s, "optimizer_s": self.optimizer_s,
-                "overhead_s": self.overhead_s,
+                "overhead_s": self.overhead_s, "emulated_s": self.emulated_s,
                 "density": self.density, "gradient_bytes": self.gradient_bytes,
                 "buckets": [{"bytes": b.bytes, "ready_s": b.ready_s} for b in self.buckets]}
 

@@ -1,13 +1,17 @@
 """``dlcomm advise``: rank the candidates for one job, sweep the link rate, assemble JSON.
 
 Straggler profiles (``--straggler RANK:FACTOR``) add bsp against hop and prague. A worker
-FACTOR times slower takes (FACTOR - 1) x its forward and backward compute (3 x forward,
-the trainer's convention, ``dlcomm.train.hetero``) longer before backward starts; bsp waits
-for it every step, while hop and prague let the others run on, which the model takes as
-that delay spread over the workers (their mean speed) with a ring's communication (a
-first-order model: it prices a step, not the staleness a step costs). The delay is time,
-not CPU: the trainer's straggler sleeps, so it does not slow the workers sharing its
-cores.
+FACTOR times slower sleeps longer before its backward, as the trainer's straggler does
+(``dlcomm.train.hetero``): FACTOR x the emulated compute instead of 1 x (``--compute-ms``),
+or, without emulated compute, (FACTOR - 1) x 3 x its forward. bsp waits for it every step;
+where the workers share this machine's cores, the others' compute fills that sleep, so
+bsp pays only what the straggler's path (its forward, sleep and backward at full speed:
+the workers leave an all-reduce one by one and their forwards barely overlap) takes
+beyond the others' (their compute at the shared speed and their sleep). Hop (the slow
+worker skips iterations) and Prague (groups of ready workers) let the others run at their
+own pace (:func:`dlcomm.advise.cost.predict`); while the straggler sleeps, its share of
+the cores goes to the others: they are priced as n - 1 + 1/FACTOR workers sharing the
+cores instead of n. The model prices a step, not the staleness a step costs in accuracy.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from dlcomm.advise.cost import Candidate, Cluster, Constants, Prediction, predic
 from dlcomm.advise.profile import JobProfile
 from dlcomm.results import new_result
 
-__all__ = ["rank", "sweep", "advise_result", "KNOWN_ERROR", "straggler_delays",
+__all__ = ["rank", "sweep", "advise_result", "KNOWN_ERROR", "straggler_clusters",
            "machine_factor"]
 
 KNOWN_ERROR = 0.10  # relative error of predicted iteration times (docs/advise.md)
@@ -29,14 +33,22 @@ SWEEP_BPS = [10 ** (7 + i / 4) for i in range(17)]  # 10 Mbit/s .. 100 Gbit/s
 PAYS_FROM = 1.05   # a candidate "pays" at the rates where it is 5% faster than the ring
 
 
-def straggler_delays(profile: JobProfile, cluster: Cluster,
-                     rank_factor: tuple[int, float] | None) -> tuple[float, float]:
-    """(bsp's extra seconds per step, the decentralized protocols')."""
+def straggler_clusters(profile: JobProfile, cluster: Cluster,
+                       rank_factor: tuple[int, float] | None) -> tuple[Cluster, Cluster]:
+    """(the cluster bsp runs on, the one the decentralized protocols' fast workers see)."""
     if rank_factor is None:
-        return 0.0, 0.0
-    _, x = rank_factor
-    delay = (x - 1) * 3 * profile.forward_s * cluster.compute_factor
-    return delay, delay / cluster.workers
+        return cluster, cluster
+    n, x, f = cluster.workers, rank_factor[1], cluster.compute_factor
+    fwd, bwd, emulated = profile.forward_s, profile.backward_s, profile.emulated_s
+    sleep = x * emulated if emulated > 0 else (x - 1) * 3 * fwd
+    straggler = fwd + sleep + bwd               # at full speed while the others wait
+    others = (fwd + bwd) * f + emulated
+    bsp = replace(cluster, delay_s=max(0.0, straggler - others))
+    if f <= 1:
+        return bsp, cluster
+    share = (n - 1 + 1 / x) / n  # the straggler computes 1/x of its time
+    return bsp, replace(cluster, compute_factor=max(1.0, f * share),
+                        cpu_factor=cluster.cpu_factor * share)
 
 
 def machine_factor(workers: int, cores: int | None = None) -> float:
@@ -50,11 +62,10 @@ def machine_factor(workers: int, cores: int | None = None) -> float:
 def rank(profile: JobProfile, cands: list[Candidate], cluster: Cluster, k: Constants,
          straggler: tuple[int, float] | None = None) -> list[Prediction]:
     """Predictions for every candidate, fastest first."""
-    bsp_s, async_s = straggler_delays(profile, cluster, straggler)
+    bsp, decentralized = straggler_clusters(profile, cluster, straggler)
     out = []
     for cand in cands:
-        c = replace(cluster, delay_s=bsp_s if cand.sync == "bsp" else async_s)
-        out.append(predict(profile, cand, c, k))
+        out.append(predict(profile, cand, bsp if cand.sync == "bsp" else decentralized, k))
     return sorted(out, key=lambda p: p.iteration_s)
 
 
@@ -108,7 +119,8 @@ def advise_result(profile: JobProfile, cands: list[Candidate], cluster: Cluster,
     result["candidates"] = [{"candidate": c.label, "exchange": c.exchange,
                              "method": c.method, "ratio": c.ratio,
                              "compress_gbps": None if math.isinf(c.compress_bps)
-                             else c.compress_bps / 1e9, "sync": c.sync} for c in cands]
+                             else c.compress_bps / 1e9, "sync": c.sync,
+                             "iteration_cpu_s": c.iteration_cpu_s} for c in cands]
     result["predictions"] = rows
     result["sweep"] = sweep(profile, cands, cluster, k, straggler)
     result["summary"] = {"recommendation": rows[0]["candidate"],

@@ -35,17 +35,17 @@ def train_args_for(candidate: dict[str, Any]) -> list[str]:
 
 def verify_trainable(job_args: list[str], candidates: list[dict[str, Any]], steps: int,
                      warmup: int, progress: Callable[[str], None] = print,
-                     timeout_s: float = 1800.0) -> dict[str, float]:
+                     timeout_s: float = 1800.0, doing: str = "verifying") -> dict[str, float]:
     """candidate label -> measured median step time (s)."""
     measured = {}
     with job_directory("advise") as tmp:
         for cand in candidates:
             out = tmp / "run.json"
-            progress(f"verifying {cand['candidate']}")
+            progress(f"{doing} {cand['candidate']}")
             cmd = [sys.executable, "-m", "dlcomm", "train", *job_args, *train_args_for(cand),
                    "--steps", str(steps), "--eval-every", str(10 * steps), "--json", str(out),
                    "--quiet"]
-            run_or_fail(cmd, f"verifying {cand['candidate']}", timeout_s)
+            run_or_fail(cmd, f"{doing} {cand['candidate']}", timeout_s)
             measured[cand["candidate"]] = median_step_time(
                 json.loads(out.read_text())["steps"], warmup)
     return measured
