@@ -125,3 +125,13 @@ def test_measure_fits_this_machine(job_tmp):
                    "1gbit", "--methods", "fp16", "--calibration", "m.json", "--json", "n.json")
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads((job_tmp / "n.json").read_text())["config"]["constants"] == k
+
+
+def test_verification_emulates_the_jobs_compute_as_the_model_prices_it():
+    from dlcomm.advise.main import _train_args
+
+    args = _train_args("digits-cnn", 8, "1gbit", 16, 30.0)
+    assert args[:4] == ["--workload", "digits-cnn", "--workers", "8"]
+    assert args[args.index("--compute-ms") + 1] == "30"
+    assert args[args.index("--batch-size") + 1] == "16"
+    assert "--compute-ms" not in _train_args("digits-cnn", 8, "1gbit", None, 0.0)

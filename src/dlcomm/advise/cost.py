@@ -21,6 +21,10 @@ auto               the faster of dense rounds and sparse-switch, per bucket
 compressed         the inner exchange on ``r S`` (summable methods) or an        links or
                    all-gather of ``(n-1) r S``, plus ``S / R_compress`` and a    CPU
                    Python cost per collective round
+hop, prague        no buckets: the model once the step is computed, to two      links or
+                   ring neighbours (hop, overlapping the compute) or a group    CPU
+                   of four (prague), plus the protocol's CPU per iteration
+                   (:func:`sync_costs`, measured by :func:`protocol_cpu_s`)
 =================  ==========================================================  ==========
 
 ``d`` is the gradients' block density, ``r`` the method's measured wire ratio and
