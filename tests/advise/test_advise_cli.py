@@ -94,13 +94,15 @@ def test_a_straggler_measures_the_decentralized_protocols(job_tmp):
                  "--straggler", "1:4", "--compute-ms", "5", "--methods", "fp16",
                  "--json", "s.json")
     assert res.returncode == 0, res.stderr[-2000:]
-    assert "measuring --sync hop" in res.stderr and "measuring --sync prague" in res.stderr
+    assert "measuring --sync hop" in res.stderr
+    # prague's groups are of 4: a 2-worker job is not offered it (its trainer refuses)
+    assert "measuring --sync prague" not in res.stderr
     doc = json.loads((job_tmp / "s.json").read_text())
     validate_result(doc)
     assert doc["profile"]["emulated_s"] == 0.005 and doc["config"]["compute_ms"] == 5.0
     cands = {c["candidate"]: c for c in doc["candidates"]}
-    for sync in ("hop", "prague"):
-        assert cands[f"ring --sync {sync}"]["iteration_cpu_s"] >= 0.0
+    assert cands["ring --sync hop"]["iteration_cpu_s"] >= 0.0
+    assert "ring --sync prague" not in cands
     assert cands["ring"]["iteration_cpu_s"] is None
     # bsp waits for the straggler's 4 x 5 ms; the others' 5 ms of compute fills 1 x of it
     preds = {p["candidate"]: p for p in doc["predictions"]}

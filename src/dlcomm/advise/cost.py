@@ -49,7 +49,8 @@ from dlcomm.native.switch import MAX_NATIVE_WORKERS
 from dlcomm.timeline import finish_time
 
 __all__ = ["Constants", "Cluster", "Candidate", "Prediction", "bucket_time", "predict",
-           "sync_costs", "protocol_cpu_s", "timeline", "load_constants", "HOP_DEGREE", "PRAGUE_GROUP"]
+           "sync_costs", "protocol_cpu_s", "timeline", "load_constants", "HOP_DEGREE",
+           "PRAGUE_GROUP"]
 
 HOP_DEGREE = 2     # ``--sync hop``'s graph, a ring: two in- and two out-neighbours
 PRAGUE_GROUP = 4   # ``--sync prague``'s group size

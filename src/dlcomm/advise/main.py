@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from dlcomm.advise.candidates import candidates
-from dlcomm.advise.cost import Candidate, Cluster, Constants, protocol_cpu_s
+from dlcomm.advise.cost import PRAGUE_GROUP, Candidate, Cluster, Constants, protocol_cpu_s
 from dlcomm.advise.profile import (
     JobProfile,
     catalog_profile,
@@ -227,11 +227,13 @@ PROTOCOL_STEPS = 24  # a homogeneous run per decentralized protocol (the first f
 def _protocols(profile: JobProfile, kind: str, cluster: Cluster, k: Constants,
                workload: str | None, bandwidth: str, batch_size: int | None,
                compute_ms: float, progress: Callable[[str], None]) -> list[Candidate]:
-    """hop and prague over the ring; for a trainable workload each protocol's CPU per
-    iteration is measured in one homogeneous run here (no straggler), as ``--verify`` runs
-    it, and inverted through the cost model (:func:`~dlcomm.advise.cost.protocol_cpu_s`);
-    otherwise it is modelled from the ring's constants."""
-    syncs = ("hop", "prague")
+    """hop and prague (a job of at least ``PRAGUE_GROUP`` workers) over the ring; for a
+    trainable workload each protocol's CPU per iteration is measured in one homogeneous
+    run here (no straggler), as ``--verify`` runs it, and inverted through the cost model
+    (:func:`~dlcomm.advise.cost.protocol_cpu_s`); otherwise it is modelled from the
+    ring's constants."""
+    # prague's groups are of PRAGUE_GROUP workers: a smaller job cannot run it
+    syncs = ("hop", "prague") if cluster.workers >= PRAGUE_GROUP else ("hop",)
     if kind != "trainable":
         return [Candidate("ring", sync=s) for s in syncs]
     assert workload is not None
