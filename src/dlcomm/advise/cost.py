@@ -261,6 +261,12 @@ def sync_costs(nbytes: float, sync: str, c: Cluster, k: Constants
     raise ConfigError(f"no cost model for --sync {sync!r}")
 
 
+def _exposed_links(links: float, overlaps: bool, busy_s: float) -> float:
+    """What of a decentralized iteration's link time shows: hop's transfers hide behind
+    the ``busy_s`` the worker computes meanwhile, prague's hide behind nothing."""
+    return max(0.0, links - busy_s) if overlaps else links
+
+
 def protocol_cpu_s(measured_s: float, profile: JobProfile, sync: str, c: Cluster,
                    k: Constants) -> float:
     """A decentralized protocol's CPU per iteration beyond compute (seconds per core here)
@@ -270,7 +276,7 @@ def protocol_cpu_s(measured_s: float, profile: JobProfile, sync: str, c: Cluster
     :func:`predict` gives ``measured_s`` back on ``c``."""
     w, emulated = profile.compute_s, profile.emulated_s
     links, _, overlaps = sync_costs(profile.gradient_bytes, sync, c, k)
-    exposed = max(0.0, links - w - emulated) if overlaps else links
+    exposed = _exposed_links(links, overlaps, w + emulated)
     path = measured_s - w - emulated - exposed
     shared = measured_s / c.compute_factor - w if c.compute_factor > 1 else path
     return max(0.0, min(path, shared))
@@ -288,12 +294,12 @@ def _decentralized(profile: JobProfile, cand: Candidate, c: Cluster, k: Constant
     cpu = modelled if cand.iteration_cpu_s is None else cand.iteration_cpu_s
     w, emulated, f = profile.compute_s, profile.emulated_s, c.compute_factor
     if f > 1:
-        exposed = max(0.0, links - w - emulated) if overlaps else links
+        exposed = _exposed_links(links, overlaps, w + emulated)
         iteration = max(w + emulated + cpu + exposed, f * (w + cpu))
         compute = max(w + emulated, f * w)
     else:
         compute = w * f + emulated
-        exposed = max(0.0, links - compute) if overlaps else links
+        exposed = _exposed_links(links, overlaps, compute)
         iteration = compute + cpu * c.cpu_factor + exposed
     beyond = iteration - compute
     terms = {"links": links, "switch CPU": 0.0, "worker CPU": cpu * max(f, c.cpu_factor)}
