@@ -68,6 +68,7 @@ def test_a_catalog_model_is_profiled_from_the_catalog(job_tmp):
     (("--host-speedup", "0"), "--host-speedup must be positive"),
     (("--compute-ms", "30"), "--compute-ms emulates compute in dlcomm's trainable"),
     (("--compute-ms", "-1"), "--compute-ms must be >= 0"),
+    (("--repeats", "0"), "--repeats must be >= 1"),
 ])
 def test_bad_constants_options_are_one_clear_line(job_tmp, args, message):
     res = advise(job_tmp, "--workload", "resnet50", "--methods", "fp16", *args)

@@ -11,12 +11,14 @@ from dlcomm.advise.cost import (
     bucket_time,
     predict,
     protocol_cpu_s,
+    switch_link_efficiency,
     sync_costs,
+    tcp_link_efficiency,
     timeline,
 )
 from dlcomm.advise.profile import JobProfile
 from dlcomm.advise.run import advise_result, machine_factor, rank, straggler_clusters, sweep
-from dlcomm.advise.verify import median_step_time, score, train_args_for
+from dlcomm.advise.verify import median_step_time, run_order, score, train_args_for
 from dlcomm.errors import ConfigError
 from dlcomm.workloads.catalog.compute import Bucket
 
@@ -42,8 +44,8 @@ def test_ring_and_switch_follow_their_byte_counts():
     ring, _ = bucket_time(4 * MB, Candidate("ring"), job(), c, K)
     switch, terms = bucket_time(4 * MB, Candidate("switch"), job(), c, K)
     # ring: 2(n-1)/n = 1.5 x the bytes; switch: 1 x (plus small fixed costs)
-    assert ring == pytest.approx(2 * 3 * K.ring_alpha_s + 1.5 * 32e6 / 0.9e9)
-    assert switch == pytest.approx(K.switch_overhead_s + 32e6 / 0.9e9)
+    assert ring == pytest.approx(2 * 3 * K.ring_alpha_s + 1.5 * 32e6 / (K.ring_efficiency * 1e9))
+    assert switch == pytest.approx(K.switch_overhead_s + 32e6 / (K.switch_efficiency * 1e9))
     assert max(terms, key=terms.get) == "links"
 
 
@@ -78,7 +80,8 @@ def test_compression_trades_bytes_for_cpu():
     assert predict(job(), slow, c, K).limiter == "worker CPU"
     gathered = Candidate("ring", "topk:ratio=0.01", 0.02, False, 1e12)
     t, _ = bucket_time(MB, gathered, job(), c, K)
-    assert t == pytest.approx(3 * K.ring_alpha_s + 3 * 8 * 0.02 * MB / (1e8 * 0.9) + 8 * MB / 1e12
+    assert t == pytest.approx(3 * K.ring_alpha_s + 3 * 8 * 0.02 * MB / (1e8 * K.ring_efficiency)
+                              + 8 * MB / 1e12
                               + K.round_s)
 
 
@@ -157,6 +160,18 @@ def test_a_measured_protocol_iteration_is_given_back(factor, emulated, sync):
     assert protocol_cpu_s(0.001, toy, sync, c, K) == 0.0
 
 
+def test_link_efficiencies_are_the_frames_headers():
+    # jumbo frames: 8,948 bytes of TCP payload in a 9,014-byte frame, half a 66-byte ACK
+    assert tcp_link_efficiency(9000) == pytest.approx(8948 / (9014 + 33))
+    # the switch's frame-sized packet: 2,048 elements, 76 bytes of headers and tag
+    assert switch_link_efficiency(9000) == pytest.approx(8192 / (8192 + 76 + 14))
+    assert switch_link_efficiency(1500) == pytest.approx(1024 / (1024 + 76 + 14))
+    assert tcp_link_efficiency(1500) < tcp_link_efficiency(9000) < 1
+    k = Constants()  # the defaults are the emulated links' (MTU 9000), where --verify runs
+    assert k.ring_efficiency == tcp_link_efficiency(9000)
+    assert k.switch_efficiency == switch_link_efficiency(9000)
+
+
 def test_machine_factor():
     assert machine_factor(4, cores=2) == 2.0
     assert machine_factor(2, cores=8) == 1.0
@@ -168,15 +183,33 @@ def test_bad_cluster():
         Cluster(1, 1e9)
 
 
+def test_repeated_runs_take_turns_and_score_their_median():
+    assert run_order(3, 1) == [0, 1, 2]
+    order = run_order(3, 3)
+    assert order == [0, 1, 2, 1, 2, 0, 2, 0, 1]
+    for i in range(3):  # once a round, and once in each place
+        assert sorted(order[3 * i:3 * i + 3]) == [0, 1, 2]
+        assert sorted(order[3 * r + i] for r in range(3)) == [0, 1, 2]
+    with pytest.raises(ValueError):
+        run_order(2, 0)
+    preds = [{"candidate": "switch", "iteration_s": 0.05},
+             {"candidate": "ring", "iteration_s": 0.08}]
+    out = score(preds, {"switch": [0.06, 0.30, 0.05], "ring": [0.09, 0.08, 0.10]})
+    assert out["repeats"] == 3
+    assert out["rows"][0]["measured_s"] == 0.06  # the slow spell of one run does not count
+    assert out["rows"][0]["measured_runs_s"] == [0.06, 0.30, 0.05]
+
+
 def test_verification_scoring():
     preds = [{"candidate": "switch", "iteration_s": 0.05},
              {"candidate": "ring", "iteration_s": 0.08}]
-    out = score(preds, {"switch": 0.06, "ring": 0.09})
+    out = score(preds, {"switch": [0.06], "ring": [0.09]})
     assert out["recommendation_ok"] and out["measured_fastest"] == "switch"
     row = out["rows"][0]
     assert row["error"] == pytest.approx(0.05 / 0.06 - 1)
     assert row["speedup_error"] == pytest.approx((0.08 / 0.05) / (0.09 / 0.06) - 1)
-    wrong = score(preds, {"switch": 0.10, "ring": 0.09})
+    assert out["recommended_speedup_error"] == pytest.approx(row["speedup_error"])
+    wrong = score(preds, {"switch": [0.10], "ring": [0.09]})
     assert not wrong["recommendation_ok"] and wrong["measured_fastest"] == "ring"
     assert median_step_time([{"step_time_s": t} for t in (9, 1, 2, 3)], 1) == 2
     assert train_args_for({"exchange": "switch", "method": "fp16", "sync": "bsp"}) == \

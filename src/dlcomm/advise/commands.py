@@ -31,6 +31,9 @@ __all__ = ["advise_cmd"]
               help="Run the top N candidates (and the ring) for real and score the prediction.")
 @click.option("--steps", type=int, default=40, show_default=True,
               help="Steps of each verification run (trainable workloads).")
+@click.option("--repeats", type=int, default=1, show_default=True,
+              help="Runs of each verified candidate, round by round in turning order; the "
+              "median is scored.")
 @click.option("--host-speedup", type=float, help="The cluster's hosts run the data path "
               "this many times faster than one core here (default: a catalog model's "
               "time-dilated emulation; this machine for a job measured here).")
@@ -43,7 +46,7 @@ __all__ = ["advise_cmd"]
 def advise_cmd(workload: str | None, model_target: str | None, workers: int, bandwidth: str,
                accelerator: str | None, batch_size: int | None, straggler: str | None,
                compute_ms: float, methods: str, only: str | None, verify_top: int, steps: int,
-               host_speedup: float | None, measure: bool,
+               repeats: int, host_speedup: float | None, measure: bool,
                calibration_path: str | None, json_path: str | None,
                plot_path: str | None) -> None:
     """Predict every candidate exchange for one job, rank them, and (--verify) check."""
@@ -63,7 +66,7 @@ def advise_cmd(workload: str | None, model_target: str | None, workers: int, ban
                         straggler, methods, verify_top, steps,
                         progress=lambda m: click.echo(m, err=True), only=only,
                         constants=constants, measure=measure, host_speedup=host_speedup,
-                        compute_ms=compute_ms)
+                        compute_ms=compute_ms, repeats=repeats)
     if json_path:
         write_json(json_path, result)
     if plot_path:

@@ -50,10 +50,31 @@ from dlcomm.timeline import finish_time
 
 __all__ = ["Constants", "Cluster", "Candidate", "Prediction", "bucket_time", "predict",
            "sync_costs", "protocol_cpu_s", "timeline", "load_constants", "HOP_DEGREE",
-           "PRAGUE_GROUP"]
+           "PRAGUE_GROUP", "tcp_link_efficiency", "switch_link_efficiency", "EMULATED_MTU"]
 
 HOP_DEGREE = 2     # ``--sync hop``'s graph, a ring: two in- and two out-neighbours
 PRAGUE_GROUP = 4   # ``--sync prague``'s group size
+
+EMULATED_MTU = 9000  # the MTU of dlcomm's emulated links, where --verify runs
+ETHERNET = 14        # what a shaper counts of a frame beyond its IP packet
+TCP_HEADERS = 20 + 20 + 12  # IPv4, TCP, the timestamps option
+
+
+def tcp_link_efficiency(mtu: int) -> float:
+    """gloo's payload over what its TCP streams put on a link of ``mtu``: full segments,
+    and the delayed ACK (one per two segments) of the stream coming the other way, since
+    every ring link carries data both ways (pure)."""
+    payload = mtu - TCP_HEADERS
+    return payload / (mtu + ETHERNET + (TCP_HEADERS + ETHERNET) / 2)
+
+
+def switch_link_efficiency(mtu: int) -> float:
+    """The switch's payload over its frames on a link of ``mtu``: one frame-sized packet
+    of k elements (the dense default, ``switch:mtu``), headers and tag around it (pure)."""
+    from dlcomm.exchange.switch.spec import FRAME_OVERHEAD, k_for_mtu
+
+    payload = 4 * k_for_mtu(mtu, DENSITY_BLOCK)
+    return payload / (payload + FRAME_OVERHEAD + ETHERNET)
 
 
 @dataclass(frozen=True)
@@ -61,9 +82,11 @@ class Constants:
     """Per-exchange constants of the cost model (bits per second unless named _s)."""
 
     ring_alpha_s: float = 75e-6      # one ring message's fixed cost per core (gloo, veth)
-    ring_efficiency: float = 0.90    # achieved / link rate (tbf shaping, TCP)
+    # achieved / link rate: the headers' share of the emulated links' frames (MTU 9000)
+    ring_efficiency: float = field(default_factory=lambda: tcp_link_efficiency(EMULATED_MTU))
     switch_overhead_s: float = 0.3e-3  # one switch all-reduce's fixed cost, per core
-    switch_efficiency: float = 0.90  # achieved / link rate (UDP, headers, tags)
+    switch_efficiency: float = field(
+        default_factory=lambda: switch_link_efficiency(EMULATED_MTU))
     switch_rate_bps: float = 10e9    # switch input per core (native, tags; docs/native.md)
     python_switch_rate_bps: float = 6e9  # the Python dataplane's (jobs of over 64 workers)
     client_rate_bps: float = 8e9     # one worker's native client

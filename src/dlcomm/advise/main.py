@@ -21,7 +21,7 @@ from dlcomm.advise.profile import (
     scaled,
 )
 from dlcomm.advise.run import advise_result, machine_factor
-from dlcomm.advise.verify import score, verify_catalog, verify_trainable
+from dlcomm.advise.verify import medians, score, verify_catalog, verify_trainable
 from dlcomm.errors import ConfigError
 from dlcomm.registry import parse_rate, parse_spec, split_specs
 from dlcomm.workloads.accelerators import get_accelerator
@@ -138,8 +138,8 @@ def run_advise(workload: str | None, model_target: str | None, workers: int, ban
                methods: str, verify_top: int, steps: int,
                progress: Callable[[str], None] = print, only: str | None = None,
                constants: Constants | None = None, measure: bool = False,
-               host_speedup: float | None = None, compute_ms: float = 0.0
-               ) -> dict[str, Any]:
+               host_speedup: float | None = None, compute_ms: float = 0.0,
+               repeats: int = 1) -> dict[str, Any]:
     """The ``advise`` result for one job (with ``verify`` after ``--verify N``); the cost
     model's ``constants`` are the reference machine's unless given, or measured here."""
     link_bps = parse_rate(bandwidth)
@@ -156,6 +156,8 @@ def run_advise(workload: str | None, model_target: str | None, workers: int, ban
     catalog = workload is not None and parse_spec(workload).name in MODELS
     if not compute_ms >= 0:
         raise ConfigError(f"--compute-ms must be >= 0, got {compute_ms}")
+    if repeats < 1:
+        raise ConfigError(f"--repeats must be >= 1, got {repeats}")
     if compute_ms and (catalog or workload is None):
         raise ConfigError("--compute-ms emulates compute in dlcomm's trainable workloads; a "
                           "catalog model's compute comes from --accelerator")
@@ -203,7 +205,7 @@ def run_advise(workload: str | None, model_target: str | None, workers: int, ban
     if verify_top:
         result["verify"] = _verify(result, kind, workload, workers, bandwidth, accelerator,
                                    batch_size, straggler, verify_top, steps, progress,
-                                   dilation, compute_ms)
+                                   dilation, compute_ms, repeats)
     return result
 
 
@@ -238,10 +240,9 @@ def _protocols(profile: JobProfile, kind: str, cluster: Cluster, k: Constants,
         return [Candidate("ring", sync=s) for s in syncs]
     assert workload is not None
     rows = [{"candidate": s, "exchange": "ring", "sync": s} for s in syncs]
-    measured = verify_trainable(_train_args(workload, cluster.workers, bandwidth, batch_size,
-                                            compute_ms), rows, PROTOCOL_STEPS,
-                                max(3, PROTOCOL_STEPS // 5), progress,
-                                doing="measuring --sync")
+    measured = medians(verify_trainable(
+        _train_args(workload, cluster.workers, bandwidth, batch_size, compute_ms), rows,
+        PROTOCOL_STEPS, max(3, PROTOCOL_STEPS // 5), progress, doing="measuring --sync"))
     return [Candidate("ring", sync=s,
                       iteration_cpu_s=protocol_cpu_s(measured[s], profile, s, cluster, k))
             for s in syncs]
@@ -251,7 +252,7 @@ def _verify(result: dict[str, Any], kind: str, workload: str | None, workers: in
             bandwidth: str, accelerator: str | None, batch_size: int | None,
             straggler: str | None, top: int, steps: int,
             progress: Callable[[str], None], dilation: float | None,
-            compute_ms: float = 0.0) -> dict[str, Any]:
+            compute_ms: float = 0.0, repeats: int = 1) -> dict[str, Any]:
     if kind == "user":
         raise ConfigError("--verify runs dlcomm's own workloads; a --model is predicted only")
     if kind == "catalog" and straggler:
@@ -269,10 +270,11 @@ def _verify(result: dict[str, Any], kind: str, workload: str | None, workers: in
                 "--accelerator", accelerator or "v100", "--dilation", f"{dilation:g}"]
         if batch_size:
             args += ["--batch", str(batch_size)]
-        measured = verify_catalog(args, chosen, progress)
+        measured = verify_catalog(args, chosen, progress, repeats=repeats)
     else:
         args = _train_args(workload, workers, bandwidth, batch_size, compute_ms)
         if straggler:
             args += ["--straggler", straggler]
-        measured = verify_trainable(args, chosen, steps, max(3, steps // 5), progress)
+        measured = verify_trainable(args, chosen, steps, max(3, steps // 5), progress,
+                                    repeats=repeats)
     return score(result["predictions"], measured)

@@ -56,9 +56,12 @@ def print_advice(result: dict[str, Any], console: Any) -> None:
                   f"confidence {s['confidence']['level']}: {s['confidence']['meaning']})")
     if result.get("verify"):
         v = result["verify"]
-        console.print(f"verified: measured fastest {v['measured_fastest']}; recommendation "
-                      f"{'holds' if v['recommendation_ok'] else 'does not hold'}; worst "
-                      f"speedup error {v['worst_speedup_error']:.0%}")
+        rec = v.get("recommended_speedup_error")
+        runs = f" (medians of {v['repeats']} runs)" if v.get("repeats", 1) > 1 else ""
+        console.print(f"verified{runs}: measured fastest {v['measured_fastest']}; "
+                      f"recommendation {'holds' if v['recommendation_ok'] else 'does not hold'}"
+                      + (f", its speedup off by {rec:+.1%}" if rec is not None else "")
+                      + f"; worst speedup error {v['worst_speedup_error']:.0%}")
 
 
 def plot_sweep(result: dict[str, Any], path: str | Path) -> Path:

@@ -5,12 +5,17 @@ the cluster's link rate when run as root, else on loopback), and a candidate's m
 iteration is the median of its steps' times after a warm-up. A catalog model runs through
 ``dlcomm emulate`` (time-dilated; one cluster, every candidate in turn), whose iteration
 time is at real scale. The ring always runs too: speedups are measured against it.
+
+With ``repeats`` > 1 every candidate runs that many times, round by round, each round in
+another order (:func:`run_order`), so that a slow spell of a shared machine falls on all of
+them alike; a candidate's measured iteration is the median of its runs.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +25,22 @@ from dlcomm.runtime.processes import run_or_fail
 from dlcomm.train.report import median_step_time
 
 __all__ = ["median_step_time", "train_args_for", "verify_trainable", "verify_catalog",
-           "score"]
+           "score", "run_order", "medians"]
+
+Runs = dict[str, list[float]]  # candidate label -> its measured iteration, run by run
+
+
+def run_order(count: int, repeats: int) -> list[int]:
+    """The indices of ``count`` candidates for ``repeats`` rounds, round r rotated by r:
+    every candidate runs once a round, and each takes each place in turn (pure)."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    return [(r + i) % count for r in range(repeats) for i in range(count)]
+
+
+def medians(runs: Runs) -> dict[str, float]:
+    """Each candidate's median run."""
+    return {label: float(statistics.median(times)) for label, times in runs.items()}
 
 
 def train_args_for(candidate: dict[str, Any]) -> list[str]:
@@ -35,45 +55,57 @@ def train_args_for(candidate: dict[str, Any]) -> list[str]:
 
 def verify_trainable(job_args: list[str], candidates: list[dict[str, Any]], steps: int,
                      warmup: int, progress: Callable[[str], None] = print,
-                     timeout_s: float = 1800.0, doing: str = "verifying") -> dict[str, float]:
-    """candidate label -> measured median step time (s)."""
-    measured = {}
+                     timeout_s: float = 1800.0, doing: str = "verifying",
+                     repeats: int = 1) -> Runs:
+    """candidate label -> the median step time (s) of each of its runs."""
+    runs: Runs = {cand["candidate"]: [] for cand in candidates}
+    order = run_order(len(candidates), repeats)
     with job_directory("advise") as tmp:
-        for cand in candidates:
+        for done, index in enumerate(order):
+            cand = candidates[index]
             out = tmp / "run.json"
-            progress(f"{doing} {cand['candidate']}")
+            count = f" ({done + 1}/{len(order)})" if repeats > 1 else ""
+            progress(f"{doing} {cand['candidate']}{count}")
             cmd = [sys.executable, "-m", "dlcomm", "train", *job_args, *train_args_for(cand),
                    "--steps", str(steps), "--eval-every", str(10 * steps), "--json", str(out),
                    "--quiet"]
             run_or_fail(cmd, f"{doing} {cand['candidate']}", timeout_s)
-            measured[cand["candidate"]] = median_step_time(
-                json.loads(out.read_text())["steps"], warmup)
-    return measured
+            runs[cand["candidate"]].append(median_step_time(
+                json.loads(out.read_text())["steps"], warmup))
+    return runs
 
 
 def verify_catalog(emulate_args: list[str], candidates: list[dict[str, Any]],
                    progress: Callable[[str], None] = print,
-                   timeout_s: float = 3600.0) -> dict[str, float]:
-    """candidate label -> emulated iteration time at real scale (s)."""
+                   timeout_s: float = 3600.0, repeats: int = 1) -> Runs:
+    """candidate label -> emulated iteration time at real scale (s) of each of its runs,
+    all on one emulated cluster."""
     specs = []
     for cand in candidates:
         spec = cand["exchange"] if not cand.get("method") else \
             f"compressed:method={cand['method']},over={cand['exchange']}"
         specs.append(spec)
-    progress(f"verifying {', '.join(c['candidate'] for c in candidates)} (time-dilated)")
+    order = run_order(len(candidates), repeats)
+    times = f", {repeats} runs each" if repeats > 1 else ""
+    progress(f"verifying {', '.join(c['candidate'] for c in candidates)} "
+             f"(time-dilated{times})")
     with job_directory("advise") as tmp:
         out = tmp / "emulate.json"
         run_or_fail([sys.executable, "-m", "dlcomm", "emulate", *emulate_args, "--exchange",
-                     ",".join(specs), "--json", str(out)], "verifying the emulation", timeout_s)
+                     ",".join(specs[i] for i in order), "--json", str(out)],
+                    "verifying the emulation", timeout_s * repeats)
         rows = json.loads(out.read_text())["results"]
-    return {cand["candidate"]: float(row["iteration_time_s"])
-            for cand, row in zip(candidates, rows)}
+    runs: Runs = {cand["candidate"]: [] for cand in candidates}
+    for index, row in zip(order, rows):
+        runs[candidates[index]["candidate"]].append(float(row["iteration_time_s"]))
+    return runs
 
 
-def score(predictions: list[dict[str, Any]], measured: dict[str, float],
+def score(predictions: list[dict[str, Any]], runs: Runs,
           tolerance: float = 0.05) -> dict[str, Any]:
-    """Prediction errors, and whether the recommendation was (within ``tolerance`` of) the
-    measured fastest."""
+    """Prediction errors against each candidate's median run, and whether the
+    recommendation was (within ``tolerance`` of) the measured fastest."""
+    measured = medians(runs)
     rows = [p for p in predictions if p["candidate"] in measured]
     ring_m = measured.get("ring")
     ring_p = next((p["iteration_s"] for p in rows if p["candidate"] == "ring"), None)
@@ -81,7 +113,7 @@ def score(predictions: list[dict[str, Any]], measured: dict[str, float],
     for p in rows:
         m = measured[p["candidate"]]
         row = {"candidate": p["candidate"], "predicted_s": p["iteration_s"], "measured_s": m,
-               "error": p["iteration_s"] / m - 1}
+               "measured_runs_s": runs[p["candidate"]], "error": p["iteration_s"] / m - 1}
         if ring_m and ring_p:
             row["predicted_speedup"] = ring_p / p["iteration_s"]
             row["measured_speedup"] = ring_m / m
@@ -94,4 +126,8 @@ def score(predictions: list[dict[str, Any]], measured: dict[str, float],
             "recommendation_ok": rec_m is not None and rec_m <= (1 + tolerance) * measured[best],
             "worst_speedup_error": max((abs(r.get("speedup_error", 0.0)) for r in out_rows),
                                        default=0.0),
+            "recommended_speedup_error": next(
+                (r.get("speedup_error") for r in out_rows if r["candidate"] == recommended),
+                None),
+            "repeats": max((len(times) for times in runs.values()), default=0),
             "cores": os.cpu_count()}
