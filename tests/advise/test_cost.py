@@ -71,6 +71,19 @@ def test_sparse_pays_only_with_sparse_gradients():
         pytest.approx(predict(dense, Candidate("switch"), c, K).iteration_s)
 
 
+def test_a_sparse_result_carries_the_union_of_the_workers_blocks():
+    c = Cluster(4, 1e9)
+    own = job(density=0.01)
+    union = replace(own, union_density=0.04)
+    assert own.result_density == 0.01 and union.result_density == 0.04
+    _, alone = bucket_time(4 * MB, Candidate("sparse-switch"), own, c, K)
+    _, spread = bucket_time(4 * MB, Candidate("sparse-switch"), union, c, K)
+    # the links carry the union back to every worker; the switch adds what each sends
+    assert spread["links"] == pytest.approx(4 * alone["links"])
+    assert spread["switch CPU"] == pytest.approx(alone["switch CPU"])
+    assert spread["worker CPU"] > alone["worker CPU"]
+
+
 def test_compression_trades_bytes_for_cpu():
     c = Cluster(4, 1e8)
     cheap = Candidate("ring", "fp16", 0.5, True, 1e12)

@@ -40,17 +40,20 @@ def synthetic(k: Constants, n: int, f: float) -> dict:
                                                  + 8 * s * d / k.sparse_rate_bps))
               for d in SPARSE_DENSITIES]
     comp = [(sizes[0], ring[0][1] + f * k.round_s)]
-    return {"ring": ring, "switch": switch, "compressed:method=fp16,over=ring": comp}, sparse
+    powersgd = [(sizes[0], 2 * (switch[0][1] + f * k.switch_round_s))]
+    return {"ring": ring, "switch": switch, "compressed:method=fp16,over=ring": comp,
+            "compressed:method=powersgd:rank=4,over=switch": powersgd}, sparse
 
 
 def test_constants_from_inverts_the_cost_model():
     truth = Constants(ring_alpha_s=2e-4, ring_rate_bps=5e9, switch_overhead_s=1e-3,
-                      switch_rate_bps=20e9, sparse_rate_bps=1e9, scan_rate_bps=30e9, round_s=2e-3)
+                      switch_rate_bps=20e9, sparse_rate_bps=1e9, scan_rate_bps=30e9, round_s=2e-3,
+                      switch_round_s=0.4e-3)
     loopback, sparse = synthetic(truth, 4, 2.0)
     k, details = constants_from(loopback, sparse, 4, 2.0)
     assert k.source == "measured" and details["fit_error"] < 1e-6
     for name in ("ring_alpha_s", "ring_rate_bps", "switch_overhead_s", "switch_rate_bps",
-                 "sparse_rate_bps", "scan_rate_bps", "round_s"):
+                 "sparse_rate_bps", "scan_rate_bps", "round_s", "switch_round_s"):
         assert getattr(k, name) == pytest.approx(getattr(truth, name), rel=1e-6), name
     # the client keeps its ratio to the switch; efficiencies come only from the links
     assert k.client_rate_bps / k.switch_rate_bps == pytest.approx(0.8)
@@ -93,7 +96,7 @@ def test_cpu_costs_follow_the_hosts():
     with pytest.raises(ConfigError, match="--host-speedup must be positive"):
         cpu_factor(4, 0.0, None, True)
     profile = JobProfile("toy", 0.0, 0.0, 0.0, (), 1.0)
-    slow, _ = bucket_time(8 * MB, Candidate("ring"), profile, Cluster(4, 100e9), k)
+    slow, _ = bucket_time(8 * MB, Candidate("ring"), profile, Cluster(4, 1e12), k)
     fast, _ = bucket_time(8 * MB, Candidate("ring"), profile,
-                          Cluster(4, 100e9, cpu_factor=0.1), k)
-    assert fast == pytest.approx(slow / 10)  # CPU-bound at 100 Gbit/s: every term is CPU
+                          Cluster(4, 1e12, cpu_factor=0.1), k)
+    assert fast == pytest.approx(slow / 10)  # CPU-bound at 1 Tbit/s: every term is CPU

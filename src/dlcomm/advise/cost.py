@@ -16,11 +16,11 @@ switch             ``o_sw + max(S / (B e_sw), n S / R_switch, S / R_client)``   
                                                                                 CPU
 sparse-switch      as switch with ``S d (1 + 1/block)`` on the wire, and        links or
                    ``S / R_scan + d S / R_sparse`` of sparse rounds per worker  CPU
-                   (the window in Python, its loops native)
+                   (native at both ends)
 auto               the faster of dense rounds and sparse-switch, per bucket
 compressed         the inner exchange on ``r S`` (summable methods) or an        links or
                    all-gather of ``(n-1) r S``, plus ``S / R_compress`` and a    CPU
-                   Python cost per collective round
+                   Python cost per collective round (over gloo or the switch)
 hop, prague        no buckets: the model once the step is computed, to two      links or
                    ring neighbours (hop, overlapping the compute) or a group    CPU
                    of four (prague), plus the protocol's CPU per iteration
@@ -81,19 +81,22 @@ def switch_link_efficiency(mtu: int) -> float:
 class Constants:
     """Per-exchange constants of the cost model (bits per second unless named _s)."""
 
-    ring_alpha_s: float = 75e-6      # one ring message's fixed cost per core (gloo, veth)
+    # CPU costs per core of dlcomm's 2-core reference machine: the medians of six
+    # ``advise --measure`` runs of 4 workers (docs/advise.md)
+    ring_alpha_s: float = 0.43e-3    # one ring message's fixed cost (gloo, veth, wake-ups)
     # achieved / link rate: the headers' share of the emulated links' frames (MTU 9000)
     ring_efficiency: float = field(default_factory=lambda: tcp_link_efficiency(EMULATED_MTU))
-    switch_overhead_s: float = 0.3e-3  # one switch all-reduce's fixed cost, per core
+    switch_overhead_s: float = 0.97e-3  # one switch all-reduce's fixed cost
     switch_efficiency: float = field(
         default_factory=lambda: switch_link_efficiency(EMULATED_MTU))
-    switch_rate_bps: float = 10e9    # switch input per core (native, tags; docs/native.md)
+    switch_rate_bps: float = 18.9e9  # the native switch's input (tags on)
     python_switch_rate_bps: float = 6e9  # the Python dataplane's (jobs of over 64 workers)
-    client_rate_bps: float = 8e9     # one worker's native client
-    sparse_rate_bps: float = 0.58e9  # one worker's sparse rounds (Python), per non-zero bit
-    scan_rate_bps: float = 12e9      # finding the non-zero blocks, per dense bit
-    round_s: float = 1.5e-3          # a compressed exchange's Python per collective round
-    ring_rate_bps: float = 2e9       # gloo's TCP send + receive per worker core
+    client_rate_bps: float = 15.12e9  # one worker's native client (0.8 x the switch's)
+    sparse_rate_bps: float = 6.1e9   # one worker's native sparse rounds, per non-zero bit
+    scan_rate_bps: float = 27.9e9    # finding the non-zero blocks, per dense bit
+    round_s: float = 1.5e-3          # a compressed exchange's Python per round over gloo
+    switch_round_s: float = 0.2e-3   # the same per round over the switch (GIL released)
+    ring_rate_bps: float = 23.4e9    # gloo's TCP send + receive per worker core
     emulation_capacity_bps: float = 30e9  # emulated traffic this machine carries (all links)
     source: str = "defaults"
 
@@ -195,20 +198,23 @@ class Prediction:
         return self.exposed_s / self.iteration_s if self.iteration_s else 0.0
 
 
-def _switch_time(nbytes: float, c: Cluster, k: Constants, sparse_density: float | None
+def _switch_time(nbytes: float, c: Cluster, k: Constants,
+                 sparse_density: tuple[float, float] | None
                  ) -> tuple[float, dict[str, float]]:
     # CPU terms: this machine's rates per core x cpu_factor (cores shared, faster hosts)
     bits = 8 * nbytes
     if sparse_density is None:
-        wire = bits
+        wire = up = bits
         cpu_worker = bits / k.client_rate_bps
-    else:
-        wire = bits * sparse_density * (1 + 1 / DENSITY_BLOCK)
-        cpu_worker = bits / k.scan_rate_bps + bits * sparse_density / k.sparse_rate_bps
+    else:  # each worker sends its own blocks and gets back the union of everyone's
+        own, union = sparse_density
+        up = bits * own * (1 + 1 / DENSITY_BLOCK)
+        wire = bits * union * (1 + 1 / DENSITY_BLOCK)
+        cpu_worker = bits / k.scan_rate_bps + bits * (own + union) / 2 / k.sparse_rate_bps
     f = c.cpu_factor
     rate = k.python_switch_rate_bps if c.workers > MAX_NATIVE_WORKERS else k.switch_rate_bps
     terms = {"links": wire / (c.link_bps * k.switch_efficiency),
-             "switch CPU": f * c.workers * wire / rate, "worker CPU": f * cpu_worker}
+             "switch CPU": f * c.workers * up / rate, "worker CPU": f * cpu_worker}
     return f * k.switch_overhead_s + max(terms.values()), terms
 
 
@@ -232,8 +238,10 @@ def bucket_time(nbytes: float, cand: Candidate, profile: JobProfile, c: Cluster,
     wire = nbytes * cand.ratio
     extra = {}
     if cand.method is not None:  # a CPU cost: this machine's rate x the cluster's cpu_factor
+        per_round = k.switch_round_s if cand.exchange == "switch" and cand.summable else \
+            k.round_s
         extra["worker CPU"] = c.cpu_factor * (8 * nbytes / cand.compress_bps
-                                                  + cand.rounds * k.round_s)
+                                              + cand.rounds * per_round)
     if cand.method is not None and not cand.summable:
         t, terms = _gather_time(wire, c, k)
     elif cand.exchange == "ring":
@@ -241,10 +249,10 @@ def bucket_time(nbytes: float, cand: Candidate, profile: JobProfile, c: Cluster,
     elif cand.exchange == "switch":
         t, terms = _switch_time(wire, c, k, None)
     elif cand.exchange == "sparse-switch":
-        t, terms = _switch_time(wire, c, k, profile.density)
+        t, terms = _switch_time(wire, c, k, (profile.density, profile.result_density))
     elif cand.exchange == "auto":
         dense = _switch_time(wire, c, k, None)
-        sparse = _switch_time(wire, c, k, profile.density)
+        sparse = _switch_time(wire, c, k, (profile.density, profile.result_density))
         t, terms = min(dense, sparse, key=lambda x: x[0])
     else:
         raise ConfigError(f"no cost model for exchange {cand.exchange!r}")

@@ -74,10 +74,15 @@ def trainable_profile(spec: str, batch_size: int | None, workers: int) -> JobPro
     size = batch_size or workload.batch_size
     loader = torch.utils.data.DataLoader(workload.train_set, batch_size=size, shuffle=True,
                                          generator=torch.Generator().manual_seed(0))
-    x, y = next(iter(loader))
+    batches = iter(loader)
+    x, y = next(batches)
+    # each worker's own batch: the union of their gradients' blocks is a sparse result's
+    others = [next(batches, (x, y)) for _ in range(workers - 1)]
+    losses = [lambda b=b: workload.loss(workload.model(b[0]), b[1]) for b in [(x, y), *others]]
     with _threads(workers) as threads:
         profile = measure_profile(parse_spec(spec).name, workload.model, (x,),
-                                  loss=lambda out: workload.loss(out, y))
+                                  loss=lambda out: workload.loss(out, y),
+                                  workers_losses=losses)
     step = trainer_step_s(spec, batch_size, threads)
     return replace(profile, overhead_s=max(0.0, step - profile.compute_s))
 

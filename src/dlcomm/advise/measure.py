@@ -14,7 +14,8 @@ switch           ``o_sw = a / f``, ``R_switch = f n 8 / b`` (the switch's input 
 sparse-switch    8 MiB at block densities ``d`` of 5%, 25% and 100%, ``t = c + e d``:
                  ``R_sparse = f 8 S / e``, ``R_scan = f 8 S / (c - f o_sw)``
 compressed       ``round_s`` = a one-round lossless compressor's (fp16) extra time
-                 over the ring at the small size
+                 over the ring at the small size; ``switch_round_s`` = PowerSGD's over
+                 its two switch all-reduces there, per round
 ===============  =============================================================
 
 As root, the network is measured too, on an emulated star at the job's rate: the fixed
@@ -45,7 +46,9 @@ __all__ = ["fit_line", "constants_from", "measure_constants", "with_capacity", "
 SIZES = (16 * 1024, 2 * 2**20, 8 * 2**20)
 SPARSE_DENSITIES = (0.05, 0.25, 1.0)
 SPARSE_SIZE = 8 * 2**20
-EXCHANGES = ("ring", "switch", "compressed:method=fp16,over=ring")
+EXCHANGES = ("ring", "switch", "compressed:method=fp16,over=ring",
+             "compressed:method=powersgd:rank=4,over=switch")
+POWERSGD_ROUNDS = 2  # PowerSGD's collectives per bucket (P, then Q)
 
 
 def fit_line(points: Sequence[tuple[float, float]]) -> tuple[float, float, float]:
@@ -112,6 +115,13 @@ def constants_from(loopback: dict[str, list[tuple[float, float]]],
         small_r = min(loopback["ring"])[1]
         values["round_s"] = max(0.0, small_c - small_r) / f
         fits["compressed"] = {"small_s": small_c, "ring_small_s": small_r}
+    over_switch = loopback.get(EXCHANGES[3])
+    if over_switch and "switch" in loopback:
+        small_p = min(over_switch)[1]
+        small_s = min(loopback["switch"])[1]
+        values["switch_round_s"] = max(0.0, small_p - POWERSGD_ROUNDS * small_s) / \
+            POWERSGD_ROUNDS / f
+        fits["compressed_switch"] = {"small_s": small_p, "switch_small_s": small_s}
     values.update(links or {})
     worst = max(fit["fit_error"] for fit in fits.values() if "fit_error" in fit)
     return replace(base, **values, source="measured"), {"fits": fits, "fit_error": worst}

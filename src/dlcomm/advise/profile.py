@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -59,6 +59,13 @@ class JobProfile:
     shapes: tuple[tuple[int, ...], ...] = ()  # gradient tensors (measured models)
     overhead_s: float = 0.0       # the trainer's own cost per step (data, DDP, records)
     emulated_s: float = 0.0       # compute per step not on this CPU (--compute-ms), slept
+    union_density: float | None = None  # blocks holding data in any worker's gradient
+
+    @property
+    def result_density(self) -> float:
+        """The share of blocks a sparse all-reduce's result carries: the union of the
+        workers' blocks (each worker's batch touches its own; ``density`` where unknown)."""
+        return self.density if self.union_density is None else self.union_density
 
     @property
     def compute_s(self) -> float:
@@ -74,7 +81,8 @@ class JobProfile:
                 "batch": self.batch, "forward_s": self.forward_s,
                 "backward_s": self.backward_s, "optimizer_s": self.optimizer_s,
                 "overhead_s": self.overhead_s, "emulated_s": self.emulated_s,
-                "density": self.density, "gradient_bytes": self.gradient_bytes,
+                "density": self.density, "union_density": self.result_density,
+                "gradient_bytes": self.gradient_bytes,
                 "buckets": [{"bytes": b.bytes, "ready_s": b.ready_s} for b in self.buckets]}
 
 
@@ -148,10 +156,12 @@ def _square_loss(out: Any) -> torch.Tensor:
 
 def measure_profile(name: str, model: nn.Module, batch: tuple[torch.Tensor, ...],
                     loss: Callable[[Any], torch.Tensor] | None = None, steps: int = 6,
-                    warmup: int = 2) -> JobProfile:
+                    warmup: int = 2,
+                    workers_losses: Sequence[Callable[[], torch.Tensor]] = ()) -> JobProfile:
     """Time ``steps`` real iterations of ``model`` on ``batch`` here (median after
     ``warmup``): forward, backward with each gradient's ready time, an SGD step; and the
-    gradients' block density."""
+    gradients' block density, and (``workers_losses``: each worker's own batch's loss)
+    the density of the union of the workers' blocks, which a sparse result carries."""
     loss = loss or _square_loss
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
@@ -188,15 +198,25 @@ def measure_profile(name: str, model: nn.Module, batch: tuple[torch.Tensor, ...]
         last = max(times[i], last)
     buckets = gradient_buckets([f"p{i}" for i in order], [params[i].numel() for i in order],
                                deltas, DDP_BUCKET_CAP_BYTES, DDP_FIRST_BUCKET_BYTES)
-    density = _block_density(params)
+    present = _blocks_present(params)
+    density = float(present.float().mean())
+    union = None
+    if workers_losses:
+        for worker_loss in workers_losses:
+            opt.zero_grad()
+            worker_loss().backward()
+            present = present | _blocks_present(params)
+        union = float(present.float().mean())
     samples = int(batch[0].shape[0]) if batch[0].dim() else 1
     shapes = tuple(tuple(p.shape) for p in params)
     return JobProfile(name, fwd, bwd, opt_s, buckets, density, samples, "measured", "cpu",
-                      shapes)
+                      shapes, union_density=union)
 
 
-def _block_density(params: list[nn.Parameter]) -> float:
-    flat = torch.cat([p.grad.detach().reshape(-1) for p in params if p.grad is not None])
+def _blocks_present(params: list[nn.Parameter]) -> torch.Tensor:
+    """Which 256-element blocks of the flattened gradients hold a non-zero value."""
+    flat = torch.cat([p.grad.detach().reshape(-1) if p.grad is not None
+                      else torch.zeros(p.numel()) for p in params])
     pad = (-flat.numel()) % DENSITY_BLOCK
     blocks = torch.nn.functional.pad(flat, (0, pad)).view(-1, DENSITY_BLOCK)
-    return float((blocks != 0).any(dim=1).float().mean())
+    return (blocks != 0).any(dim=1)
