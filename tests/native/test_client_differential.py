@@ -66,23 +66,29 @@ class Twin:
         return self.same(sends)
 
 
-def run_twins(inputs, k, window, shards, net, auth, timing=Timing(), silent=()):
+def run_twins(inputs, k, window, shards, net, auth, timing=Timing(), silent=(), late=None):
+    """``late``: rank -> when it starts (the others start at 0 and wait for it)."""
     fnet = FakeNet(net)
     workers = [(f"10.0.0.{i + 1}", 7000) for i in range(len(inputs))]
     switch_addrs, dataplanes, views = _switches(fnet, workers, shards, window, k, False, 0, auth)
     twins = [Twin(r, len(inputs), k, views[r], inputs[r], timing) for r in range(len(inputs))]
     by_addr = {a: i for i, a in enumerate(workers)}
     by_switch = {a: s for s, a in enumerate(switch_addrs)}
-    for r, twin in enumerate(twins):
-        if r not in silent:
-            for dst, data in twin.start(0.0):
-                fnet.send(workers[r], dst, data)
-    live = [r for r in range(len(twins)) if r not in silent]
+    starts = {r: 0.0 for r in range(len(twins)) if r not in silent} | dict(late or {})
+    live, started = sorted(starts), set()
     while any(not twins[r].op.done for r in live) and fnet.now < 600:
-        deadline = min(twins[r].op.next_deadline() for r in live if not twins[r].op.done)
+        waiting = [r for r in live if r not in started]
+        if waiting and min(starts[r] for r in waiting) <= fnet.now:
+            r = min(waiting, key=lambda r: starts[r])
+            started.add(r)
+            for dst, data in twins[r].start(fnet.now):
+                fnet.send(workers[r], dst, data)
+            continue
+        deadline = min([twins[r].op.next_deadline() for r in started if not twins[r].op.done]
+                       + [starts[r] for r in waiting])
         if deadline < fnet.next_time():
             fnet.now = max(fnet.now, deadline)
-            for r in live:
+            for r in sorted(started):
                 if not twins[r].op.done and twins[r].op.next_deadline() <= fnet.now:
                     for dst, data in twins[r].timeout(fnet.now):
                         fnet.send(workers[r], dst, data)
@@ -92,7 +98,7 @@ def run_twins(inputs, k, window, shards, net, auth, timing=Timing(), silent=()):
             for dst, parts in dataplanes[by_switch[ev.dst]].on_datagram(ev.data, ev.src,
                                                                          fnet.now):
                 fnet.send(ev.dst, dst, b"".join(bytes(p) for p in parts))
-        elif ev.dst in by_addr and by_addr[ev.dst] in live:
+        elif ev.dst in by_addr and by_addr[ev.dst] in started:
             r = by_addr[ev.dst]
             if not twins[r].op.done:
                 for dst, data in twins[r].datagram(ev.data, ev.src, fnet.now):
@@ -105,16 +111,17 @@ def run_twins(inputs, k, window, shards, net, auth, timing=Timing(), silent=()):
        window=st.integers(1, 6), shards=st.integers(1, 2),
        loss=st.sampled_from([0.0, 0.02, 0.2]), duplicate=st.sampled_from([0.0, 0.1]),
        auth=st.sampled_from([AUTH_NONE, AUTH_MAC, AUTH_ENCRYPT]),
-       length=st.integers(0, 700))
+       length=st.integers(0, 700), late=st.sampled_from([0.0, 0.05]))
 def test_lossy_all_reduces_agree(seed, workers, k, window, shards, loss, duplicate, auth,
-                                 length):
+                                 length, late):
+    """... with the last rank starting ``late`` (the others probe while they wait)."""
     rng = np.random.default_rng(seed)
     inputs = [(rng.standard_normal(length) * 10.0 ** rng.integers(-30, 30)).astype(np.float32)
               for _ in range(workers)]
     if length and rng.random() < 0.3:
         inputs[0][rng.integers(length)] = 0.0
     net = NetConfig(loss=loss, duplicate=duplicate, jitter_s=1e-4, seed=seed)
-    twins = run_twins(inputs, k, window, shards, net, auth)
+    twins = run_twins(inputs, k, window, shards, net, auth, late={workers - 1: late})
     for twin in twins:
         assert twin.op.error is None
         assert twin.py_out.tobytes() == twin.nat_out.tobytes()

@@ -137,3 +137,26 @@ def test_a_stray_sparse_round_leaves_the_completed_round_alone():
     again = crew.read(dp.on_datagram(crew.packet(announce, empty), WORKER))  # resent
     assert [(h.seq, h.numel, h.tsi, bytes(b)) for _, h, b in again] == \
         [(0, done.numel, done.tsi, bytes(body))]
+
+
+def test_while_only_others_are_missing_one_position_per_shard_probes():
+    """A late worker draws one probe per timeout from each early worker's shard, not one
+    from every position; a STATUS lacking this worker, or a result, ends the hold."""
+    x = np.ones(12, np.float32)
+    switch = Switch()
+    op = AllreduceOp(x, x.copy(), 0, 2, 4, [Shard(SWITCH, 1, 3, switch.worker)], [[0, 0, 0]],
+                     Timing())
+    assert len(op.start(0.0)) == 3
+    p0, p1, p2 = op.positions
+    switch.status(op, p0, missing=0b10, now=0.01)          # rank 1 has sent nothing yet
+    now = max(p1.deadline, p2.deadline)
+    probes = op.on_timeout(now)
+    assert [sent_header(s).slot for s in probes] == [p1.slot]   # p0 waits, p2 holds
+    assert p2.deadline == pytest.approx(now + op.holding[0]) and p2.retries == 0
+    assert op.probes == 1
+    # p1's own packet was lost: the switch lacks this worker there, so every position
+    # probes again on its own timeout
+    assert len(switch.status(op, p1, missing=0b11, now=now + 0.001)) == 1
+    assert op.holding == [None]
+    later = max(p.deadline for p in op.positions)
+    assert len(op.on_timeout(later)) == 3

@@ -21,7 +21,11 @@ was lost), the payload is sent again at once, with the same sequence number so t
 recognises a retransmission. If the round was complete, the result is on its way or lost:
 the next probe, about one round trip later, asks the switch to RESEND it. If it was still
 waiting for other workers, the next probe waits twice as long, up to four times the base
-timeout (only the result can still be lost; stragglers are not hurried by probes). The
+timeout (only the result can still be lost; stragglers are not hurried by probes), and
+until that shard sends a result, a complete STATUS or one lacking this worker, only one
+position of the shard probes per timeout: the others hold their probes as long (a late
+worker would otherwise draw a probe from every position of every early worker, each
+padded to the size of its answer, on the cores and links the late worker needs). The
 timeout is four times the smallest recent round trip and at least twice the median one
 (:class:`RttEstimator`; rounds that were probed give no sample), doubled on every timeout
 that got no answer. If no result arrives for ``deadline_s``, the op fails naming the ranks
@@ -129,6 +133,9 @@ class AllreduceOp:
         self.retransmissions = 0
         self.probes = 0
         self.rejected = 0  # datagrams that did not verify (forged, replayed, malformed)
+        # per shard: the wait its last STATUS set while only others were missing (one
+        # position probes for the shard, the rest hold), None when every position probes
+        self.holding: list[float | None] = [None] * len(self.shards)
         self._by_slot = {(p.shard, p.slot): p for p in self.positions}
         bad = np.flatnonzero(self.exps == EXP_NONFINITE)
         self.local_nonfinite = int(bad[0]) * self.k if len(bad) else None
@@ -240,6 +247,7 @@ class AllreduceOp:
             pos.missing = int.from_bytes(bytes(payload), "little")
             pos.complete_seen |= bool(hdr.flags & COMPLETE)  # a late older STATUS: still so
             pos.retries = 0  # the switch answered: no reason to back off further
+            self.holding[shard] = None
             if (pos.missing >> self.rank) & 1:
                 self.retransmissions += 1  # the switch lacks our packet: send it again
                 return [self._send(pos, now)]
@@ -254,6 +262,7 @@ class AllreduceOp:
             else:
                 pos.waits += 1
                 wait = rtt.timeout(min(pos.waits, 2))
+                self.holding[shard] = wait
             pos.deadline = now + wait
             return []
         if hdr.type != RESULT:
@@ -265,6 +274,7 @@ class AllreduceOp:
         sends = self._on_result(pos, hdr, payload, now)
         if sends is None:
             return []  # not a result of this round after all
+        self.holding[shard] = None
         if not probed:  # Karn: a probed round's time is not a round trip
             self.timer.sample(now - sent_at)
         self.last_progress = now
@@ -302,13 +312,20 @@ class AllreduceOp:
         return min(pending) if pending else float("inf")
 
     def on_timeout(self, now: float) -> list[Send]:
-        """Retransmit every position whose timeout passed; fail after ``deadline_s``."""
+        """Probe every position whose timeout passed (one per shard that only waits for
+        others; the rest hold); fail after ``deadline_s``."""
         if now - self.last_progress > self.timing.deadline_s:
             self.error = self._stuck_error(now)
             return []
         out = []
+        probed = set()
         for pos in self.positions:
             if not pos.done and pos.deadline <= now:
+                hold = self.holding[pos.shard]
+                if hold is not None and pos.shard in probed:
+                    pos.deadline = now + hold
+                    continue
+                probed.add(pos.shard)
                 pos.retries += 1
                 self.probes += 1
                 out.append(self._send(pos, now, probe=True))

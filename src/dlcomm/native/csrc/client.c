@@ -26,6 +26,9 @@
 typedef struct {
     uint32_t ip; uint16_t port, job; int slots; uint8_t up[16], down[16], result[16];
     uint64_t up_next; dlc_window w_result, w_down; uint64_t *seqs;
+    /* the op: the wait the shard's last STATUS set while only others were missing (one
+     * position probes for the shard, the rest hold: window.py's holding) */
+    int holding, probed; double hold;
 } cl_shard;
 
 typedef struct {
@@ -381,6 +384,7 @@ int dlc_client_begin(dlc_client *c, const float *data, float *out, size_t n, dou
     }
     c->active = 1;
     c->last_progress = now;
+    for (int s = 0; s < c->nshards; s++) c->shards[s].holding = 0;
     for (int i = 0; i < c->npos; i++) arm(c, &c->pos[i], -1, EXP_ZERO, now);
     return 0;
 }
@@ -433,6 +437,7 @@ static void on_packet(dlc_client *c, int si, const dlc_hdr *h, const uint8_t *pa
         p->missing = m; p->has_missing = 1;
         p->complete_seen |= (h->flags & F_COMPLETE) != 0;
         p->retries = 0;
+        c->shards[si].holding = 0;
         if ((m >> c->rank) & 1) {
             c->stats[S_RETX]++;
             send_pos(c, p, now, 0);
@@ -444,6 +449,7 @@ static void on_packet(dlc_client *c, int si, const dlc_hdr *h, const uint8_t *pa
         } else {
             p->waits++;
             wait = rtt_timeout(c, p->waits < 2 ? p->waits : 2);
+            c->shards[si].holding = 1; c->shards[si].hold = wait;
         }
         p->deadline = now + wait;
         return;
@@ -454,12 +460,14 @@ static void on_packet(dlc_client *c, int si, const dlc_hdr *h, const uint8_t *pa
     int probed = p->probed, nxt;
     if (c->sparse) {
         if (!sparse_result(c, p, h, payload, plen, now)) return;   /* not this round's */
+        c->shards[si].holding = 0;
         if (!probed) rtt_sample(c, now - sent_at);
         c->last_progress = now;
         return;
     }
     /* numel values, exactly: on_datagram's length check passes a RESULT flagged PROBE */
     if ((h->flags & F_SPARSE) || h->numel != p->numel || plen != 4u * h->numel) return;
+    c->shards[si].holding = 0;
     if (p->chunk >= 0) {
         dequantize_into(c->out + p->tsi, (const int32_t *)(const void *)payload, h->numel,
                         p->e_used, c->log2n);
@@ -517,9 +525,13 @@ void dlc_client_on_timeout(dlc_client *c, double now) {
             if (!c->pos[i].done && c->pos[i].has_missing && c->pos[i].missing) { c->error_kind = E_STUCK; break; }
         return;
     }
+    for (int s = 0; s < c->nshards; s++) c->shards[s].probed = 0;
     for (int i = 0; i < c->npos; i++) {
         cl_pos *p = &c->pos[i];
         if (!p->done && p->deadline <= now) {
+            cl_shard *s = &c->shards[p->shard];
+            if (s->holding && s->probed) { p->deadline = now + s->hold; continue; }
+            s->probed = 1;
             p->retries++;
             c->stats[S_PROBES]++;
             send_pos(c, p, now, 1);
