@@ -211,6 +211,12 @@ def test_repeated_runs_take_turns_and_score_their_median():
     assert out["repeats"] == 3
     assert out["rows"][0]["measured_s"] == 0.06  # the slow spell of one run does not count
     assert out["rows"][0]["measured_runs_s"] == [0.06, 0.30, 0.05]
+    rounds = out["rows"][0]["measured_speedup_rounds"]   # ring / switch, round by round
+    assert rounds == pytest.approx([0.09 / 0.06, 0.08 / 0.30, 0.10 / 0.05])
+    assert out["recommended_speedup_rounds"] == rounds
+    assert out["rows"][0]["predicted_within_rounds"]     # 1.6 lies in [0.27, 2.0]
+    tight = score(preds, {"switch": [0.06, 0.06], "ring": [0.09, 0.09]})
+    assert not tight["rows"][0]["predicted_within_rounds"]  # 1.6 against 1.5 and 1.5
 
 
 def test_verification_scoring():

@@ -58,9 +58,12 @@ def print_advice(result: dict[str, Any], console: Any) -> None:
         v = result["verify"]
         rec = v.get("recommended_speedup_error")
         runs = f" (medians of {v['repeats']} runs)" if v.get("repeats", 1) > 1 else ""
+        rounds = v.get("recommended_speedup_rounds") or []
+        spread = f" (round by round {min(rounds):.2f}x-{max(rounds):.2f}x)" \
+            if len(rounds) > 1 else ""
         console.print(f"verified{runs}: measured fastest {v['measured_fastest']}; "
                       f"recommendation {'holds' if v['recommendation_ok'] else 'does not hold'}"
-                      + (f", its speedup off by {rec:+.1%}" if rec is not None else "")
+                      + (f", its speedup off by {rec:+.1%}{spread}" if rec is not None else "")
                       + f"; worst speedup error {v['worst_speedup_error']:.0%}")
 
 

@@ -25,7 +25,7 @@ from dlcomm.runtime.processes import run_or_fail
 from dlcomm.train.report import median_step_time
 
 __all__ = ["median_step_time", "train_args_for", "verify_trainable", "verify_catalog",
-           "score", "run_order", "medians"]
+           "score", "run_order", "medians", "round_speedups"]
 
 Runs = dict[str, list[float]]  # candidate label -> its measured iteration, run by run
 
@@ -101,10 +101,17 @@ def verify_catalog(emulate_args: list[str], candidates: list[dict[str, Any]],
     return runs
 
 
+def round_speedups(runs: Runs, label: str) -> list[float]:
+    """``label``'s speedup over the ring in each round (run r of every candidate is round
+    r: each round ran every candidate once), the spread a median speedup hides (pure)."""
+    return [ring / run for ring, run in zip(runs.get("ring", []), runs[label]) if run > 0]
+
+
 def score(predictions: list[dict[str, Any]], runs: Runs,
           tolerance: float = 0.05) -> dict[str, Any]:
     """Prediction errors against each candidate's median run, and whether the
-    recommendation was (within ``tolerance`` of) the measured fastest."""
+    recommendation was (within ``tolerance`` of) the measured fastest; with the speedups
+    round by round, whether the predicted speedup lies within their range."""
     measured = medians(runs)
     rows = [p for p in predictions if p["candidate"] in measured]
     ring_m = measured.get("ring")
@@ -118,6 +125,10 @@ def score(predictions: list[dict[str, Any]], runs: Runs,
             row["predicted_speedup"] = ring_p / p["iteration_s"]
             row["measured_speedup"] = ring_m / m
             row["speedup_error"] = row["predicted_speedup"] / row["measured_speedup"] - 1
+            rounds = round_speedups(runs, p["candidate"])
+            row["measured_speedup_rounds"] = rounds
+            row["predicted_within_rounds"] = bool(rounds) and \
+                min(rounds) <= row["predicted_speedup"] <= max(rounds)
         out_rows.append(row)
     best = min(measured, key=lambda c: measured[c])
     recommended = predictions[0]["candidate"]
@@ -129,5 +140,8 @@ def score(predictions: list[dict[str, Any]], runs: Runs,
             "recommended_speedup_error": next(
                 (r.get("speedup_error") for r in out_rows if r["candidate"] == recommended),
                 None),
+            "recommended_speedup_rounds": next(
+                (r.get("measured_speedup_rounds") for r in out_rows
+                 if r["candidate"] == recommended), None),
             "repeats": max((len(times) for times in runs.values()), default=0),
             "cores": os.cpu_count()}
