@@ -60,7 +60,7 @@ def print_advice(result: dict[str, Any], console: Any) -> None:
         runs = f" (medians of {v['repeats']} runs)" if v.get("repeats", 1) > 1 else ""
         rounds = v.get("recommended_speedup_rounds") or []
         spread = f" (round by round {min(rounds):.2f}x-{max(rounds):.2f}x)" \
-            if len(rounds) > 1 else ""
+            if len(rounds) > 1 and v["recommended"] != "ring" else ""
         console.print(f"verified{runs}: measured fastest {v['measured_fastest']}; "
                       f"recommendation {'holds' if v['recommendation_ok'] else 'does not hold'}"
                       + (f", its speedup off by {rec:+.1%}{spread}" if rec is not None else "")
