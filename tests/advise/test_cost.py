@@ -235,3 +235,18 @@ def test_verification_scoring():
         ["--exchange", "switch", "--compress", "fp16"]
     assert train_args_for({"exchange": "ring", "method": None, "sync": "hop"}) == \
         ["--exchange", "ring", "--sync", "hop"]
+
+
+def test_the_report_shows_the_recommendations_round_by_round_range():
+    from rich.console import Console
+
+    from dlcomm.advise.report import print_advice
+    result = advise_result(job(), [Candidate("ring"), Candidate("switch")], Cluster(4, 1e9), K,
+                           {"workload": "toy"})
+    result["verify"] = score(result["predictions"],
+                             {"switch": [0.06, 0.05, 0.07], "ring": [0.09, 0.10, 0.08]})
+    console = Console(record=True, width=200)
+    print_advice(result, console)
+    text = console.export_text()
+    assert "medians of 3 runs" in text
+    assert "round by round 1.14x-2.00x" in text   # 0.08/0.07 .. 0.10/0.05
