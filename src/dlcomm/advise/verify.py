@@ -133,15 +133,12 @@ def score(predictions: list[dict[str, Any]], runs: Runs,
     best = min(measured, key=lambda c: measured[c])
     recommended = predictions[0]["candidate"]
     rec_m = measured.get(recommended)
+    rec_row = next((r for r in out_rows if r["candidate"] == recommended), {})
     return {"rows": out_rows, "measured_fastest": best, "recommended": recommended,
             "recommendation_ok": rec_m is not None and rec_m <= (1 + tolerance) * measured[best],
             "worst_speedup_error": max((abs(r.get("speedup_error", 0.0)) for r in out_rows),
                                        default=0.0),
-            "recommended_speedup_error": next(
-                (r.get("speedup_error") for r in out_rows if r["candidate"] == recommended),
-                None),
-            "recommended_speedup_rounds": next(
-                (r.get("measured_speedup_rounds") for r in out_rows
-                 if r["candidate"] == recommended), None),
+            "recommended_speedup_error": rec_row.get("speedup_error"),
+            "recommended_speedup_rounds": rec_row.get("measured_speedup_rounds"),
             "repeats": max((len(times) for times in runs.values()), default=0),
             "cores": os.cpu_count()}

@@ -24,8 +24,8 @@ waiting for other workers, the next probe waits twice as long, up to four times 
 timeout (only the result can still be lost; stragglers are not hurried by probes), and
 until that shard sends a result, a complete STATUS or one lacking this worker, only one
 position of the shard probes per timeout: the others hold their probes as long (a late
-worker would otherwise draw a probe from every position of every early worker, each
-padded to the size of its answer, on the cores and links the late worker needs). The
+worker would otherwise draw a probe and a STATUS from every position of every early
+worker, packets the switch and the late worker's cores have to handle). The
 timeout is four times the smallest recent round trip and at least twice the median one
 (:class:`RttEstimator`; rounds that were probed give no sample), doubled on every timeout
 that got no answer. If no result arrives for ``deadline_s``, the op fails naming the ranks
