@@ -16,6 +16,7 @@ from dlcomm.advise.profile import (
     JobProfile,
     catalog_profile,
     cpu_flops,
+    fitted_to_step,
     load_user_model,
     measure_profile,
     scaled,
@@ -65,9 +66,7 @@ def trainer_step_s(spec: str, batch_size: int | None, threads: int, steps: int =
 
 def trainable_profile(spec: str, batch_size: int | None, workers: int) -> JobProfile:
     """A few real steps of a trainable workload on this CPU, with the trainer's threads;
-    the trainer's own cost per step from one 1-worker run of it."""
-    from dataclasses import replace
-
+    the trainer's own cost per step from one 1-worker run of it (:func:`fitted_to_step`)."""
     from dlcomm.workloads import make_workload
 
     workload = make_workload(spec)
@@ -84,7 +83,7 @@ def trainable_profile(spec: str, batch_size: int | None, workers: int) -> JobPro
                                   loss=lambda out: workload.loss(out, y),
                                   workers_losses=losses)
     step = trainer_step_s(spec, batch_size, threads)
-    return replace(profile, overhead_s=max(0.0, step - profile.compute_s))
+    return fitted_to_step(profile, step)
 
 
 def _profile(workload: str | None, model_target: str | None, workers: int,

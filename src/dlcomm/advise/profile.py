@@ -38,7 +38,7 @@ from dlcomm.workloads.catalog.compute import (
 )
 
 __all__ = ["JobProfile", "catalog_profile", "measure_profile", "load_user_model",
-           "cpu_flops", "scaled", "DENSITY_BLOCK"]
+           "cpu_flops", "scaled", "fitted_to_step", "DENSITY_BLOCK"]
 
 DENSITY_BLOCK = 256  # the sparse exchange's default block
 
@@ -94,6 +94,19 @@ def scaled(profile: JobProfile, factor: float, accelerator: str) -> JobProfile:
                    optimizer_s=profile.optimizer_s * factor,
                    overhead_s=profile.overhead_s * factor, buckets=buckets,
                    accelerator=accelerator)
+
+
+def fitted_to_step(profile: JobProfile, step_s: float) -> JobProfile:
+    """``profile`` made to add up to a step the trainer measured (``step_s``, one worker,
+    the same threads): what the trainer spends beyond the profile's compute is its own
+    overhead (data, DDP, records), taken after the last bucket; a trainer step shorter
+    than the profile's compute (its per-gradient hooks slow the profiled backward, or the
+    machine was slower while it ran) scales the profile's phases down to it, instead of
+    keeping the longer compute and no overhead."""
+    compute = profile.forward_s + profile.backward_s + profile.optimizer_s
+    if step_s >= compute or compute <= 0:
+        return replace(profile, overhead_s=max(0.0, step_s - compute))
+    return replace(scaled(profile, step_s / compute, profile.accelerator), overhead_s=0.0)
 
 
 def catalog_profile(model_name: str, accelerator: str, batch: int) -> JobProfile:
