@@ -18,6 +18,7 @@ import pytest
 
 from dlcomm.errors import ExchangeError
 from dlcomm.switch.client import ControlClient
+from dlcomm.switch.control import group_reaches
 from dlcomm.switch.registrations import Limits
 from dlcomm.switch.service import running_switches
 from dlcomm.wire.packet import DATA, RESULT, Header, decode_header
@@ -280,3 +281,17 @@ def test_8_the_client_hears_refusals_at_once():
             assert time.monotonic() - start < 2.0
         finally:
             client.close(leave=False)
+
+
+def test_a_group_is_granted_only_where_it_reaches_every_worker():
+    """Workers of other hosts join a group on their interface; workers on loopback get it
+    only from a switch whose groups loop back there; a worker on another address of the
+    switch's own host would not hear it at all (results then go to each worker)."""
+    remote = [("192.0.2.1", 4000), ("192.0.2.2", 4000)]   # TEST-NET: not this host
+    loop = [("127.0.0.1", 4000), ("127.0.0.1", 4001)]
+    local = [("10.9.9.9", 4000)]
+    is_local = {"10.9.9.9": True}.get
+    assert group_reaches(remote, False, lambda h: bool(is_local(h)))
+    assert not group_reaches(loop, False, lambda h: bool(is_local(h)))
+    assert group_reaches(loop, True, lambda h: bool(is_local(h)))
+    assert not group_reaches(local + remote, True, lambda h: bool(is_local(h)))

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import ipaddress
 import os
 import re
 import socket
@@ -290,6 +291,9 @@ class OnPath:
             pytest.skip(f"needs root for AF_PACKET and raw sockets ({exc})")
         plain = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         plain.bind(("127.0.0.1", 0))
+        for sock in (raw, plain):  # what it sends to the job's group stays on loopback
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF,
+                            socket.inet_aton("127.0.0.1"))
         host = cls(switch, tap, raw, plain)
         host._start(host._sniff)
         return host
@@ -352,16 +356,22 @@ class OnPath:
         early = 0
         with self._lock:
             seen = list(zip(self.seen, self.seen_at))
+            forged: dict[tuple[int, int, int], list[float]] = {}
+            for (job, slot, seq, _), at in self.forged_at.items():
+                forged.setdefault((job, slot, seq), []).append(at)
         for d, at in seen:
             if d.src == self.switch and len(d.payload) >= HEADER_SIZE:
                 fields = HEADER.unpack_from(d.payload)
                 if fields[0] == MAGIC and fields[2] == RESULT:
                     key = (fields[3], fields[5], fields[7], d.dst)  # job, slot, seq, to
-                    early += self.forged_at.get(key, at) < at
+                    if ipaddress.ip_address(d.dst[0]).is_multicast:  # to every worker
+                        early += sum(t < at for t in forged.get(key[:3], []))
+                    else:
+                        early += self.forged_at.get(key, at) < at
         return early
 
     def join_group(self, group: str, port: int) -> None:
-        """Receive a job's multicast results too (a job whose workers sit on other hosts)."""
+        """Receive a job's multicast results too (its workers share this host's group)."""
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("", port))

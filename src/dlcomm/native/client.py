@@ -40,6 +40,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
                                    C.c_double]),
     "dlc_client_allow_skew": (None, [C.c_void_p, C.c_double]),
     "dlc_client_set_gso": (None, [C.c_void_p, C.c_int]),
+    "dlc_client_set_results_fd": (None, [C.c_void_p, C.c_int]),
     "dlc_client_done": (C.c_int, [C.c_void_p]),
     "dlc_client_next_deadline": (C.c_double, [C.c_void_p]),
     "dlc_client_on_datagram": (None, [C.c_void_p, C.c_void_p, C.c_size_t, C.c_uint32,
@@ -106,7 +107,7 @@ class Client:
     def __init__(self, fd: int, rank: int, workers: int, k: int, auth: int,
                  shards: list[ShardKeys], initial_timeout_s: float, min_timeout_s: float,
                  max_timeout_s: float, deadline_s: float, drop_rate: float = 0.0,
-                 seed: int = 0) -> None:
+                 seed: int = 0, results_fd: int = -1) -> None:
         self.lib = _lib()
         handle = self.lib.dlc_client_new(fd, rank, workers, k, auth, initial_timeout_s,
                                          min_timeout_s, max_timeout_s, deadline_s, drop_rate,
@@ -123,6 +124,7 @@ class Client:
                 self.close()
                 raise ValueError(f"at most {MAX_SHARDS} shards")
         self.lib.dlc_client_set_gso(self.handle, int(offload()))
+        self.lib.dlc_client_set_results_fd(self.handle, results_fd)  # -1: none
         self._arrays: tuple[np.ndarray, ...] | None = None
         self._out = C.create_string_buffer(_OUT_CAP)
 

@@ -16,14 +16,18 @@ sends a CHALLENGE nonce to its registered address -> the rank ``attach``es from 
 with its ticket and the nonce its address received (once per rank) -> live (packets are
 accepted) -> heartbeats keep it; it ends when every rank left, when a rank's connection
 drops (the others hear ``worker_left``, or ``job_failed`` if the job had failed), or when
-both its packets and its heartbeats have been silent for the job timeout.
+both its packets and its heartbeats have been silent for the job timeout. A job that asks
+for a multicast port gets a group only where its results sent there reach every worker
+(:func:`group_reaches`); otherwise results go to each worker in turn.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import secrets
+import socket
 import ssl
 import sys
 import time
@@ -55,17 +59,45 @@ from dlcomm.wire.control import (
 )
 from dlcomm.wire.packet import CHALLENGE, NONCE_SIZE, SWITCH_RANK, Header
 
-__all__ = ["ControlPlane", "line_limit"]
+__all__ = ["ControlPlane", "line_limit", "group_reaches"]
 
 TICKET_SIZE = 16
 CHALLENGE_INTERVAL_S = 0.5
 
 
+def group_reaches(addresses: list[tuple[str, int]], loopback_multicast: bool,
+                  is_local: Callable[[str], bool] | None = None) -> bool:
+    """Whether results sent to a multicast group reach workers at ``addresses``: those of
+    other hosts join it on their interface; those of this host only where the group's
+    datagrams loop back to them (a switch on a loopback address, workers on loopback)."""
+    local = is_local or _is_local
+    for host, _ in addresses:
+        if ipaddress.ip_address(host).is_loopback:
+            if not loopback_multicast:
+                return False
+        elif local(host):
+            return False
+    return True
+
+
+def _is_local(host: str) -> bool:
+    """Whether ``host`` is an address of this host (a socket can be bound to it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.bind((host, 0))
+        except OSError:
+            return False
+    return True
+
+
 class ControlPlane:
     def __init__(self, state: SwitchState, send_udp: Callable[[bytes, tuple[str, int]], None],
                  token: str | None, limits: Limits, job_timeout_s: float,
-                 stats: Callable[[], dict[str, Any]] | None = None) -> None:
+                 stats: Callable[[], dict[str, Any]] | None = None,
+                 loopback_multicast: bool = False) -> None:
         self.state, self.send_udp, self.token = state, send_udp, token
+        # whether results sent to a group reach workers on this host's loopback addresses
+        self.loopback_multicast = loopback_multicast
         self.stats = stats or self.stats_of_jobs
         self.limits, self.job_timeout_s = limits, job_timeout_s
         self.registrations: dict[int, Registration] = {}   # job number -> registration
@@ -203,6 +235,8 @@ class ControlPlane:
         block = take_int(req, "block", 0, 1 << 16, default=0)
         mport = req.get("multicast_port")
         multicast = None if mport is None else take_int(req, "multicast_port", 1, 65535)
+        if multicast is not None and not group_reaches(addresses, self.loopback_multicast):
+            multicast = None  # a group would not reach them: results go to each worker
         name = take_str(req, "name", 64, default="")
         auth_name = take_str(req, "auth", 16, default="authenticated")
         if auth_name not in AUTH_MODES:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import random
 import socket
 import sys
@@ -64,6 +65,13 @@ def _bind_pair(host: str, port: int, reuse_port: bool = False,
     raise OSError(f"no port of {host} was free for both UDP and TCP in {attempts} tries")
 
 
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class SwitchServer:
     def __init__(self, host: str, port: int, identity: Identity, slots: int = 1024,
                  max_k: int | None = None, drop_rate: float = 0.0, seed: int = 0,
@@ -107,7 +115,9 @@ class SwitchServer:
             udp.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 0)
         self.native_loop: NativeLoop | None = None
         self.control = ControlPlane(self.state, self._send_udp, token, limits, job_timeout_s,
-                                    self.stats)
+                                    self.stats,
+                                    # a group sent through lo reaches this host's workers
+                                    loopback_multicast=_is_loopback(host))
         self._stop = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._async_stop: asyncio.Event | None = None

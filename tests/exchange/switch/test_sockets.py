@@ -80,6 +80,30 @@ def test_exact_and_reproducible_under_loss(switch):
     assert clean[0]["stats"]["bytes_sent"] >= 50_000 * 4
 
 
+def _packets_out(service) -> int:
+    return stats_of(service)["counters"].get("packets_out", 0)
+
+
+@pytest.mark.parametrize("client", ["native", "python"])
+def test_workers_of_one_host_take_each_result_from_their_group(switch, client):
+    """Three workers on loopback: the job gets a multicast group and the switch sends each
+    result once, not once per worker; the sums are the same as with results sent to every
+    worker in turn (``multicast=off``)."""
+    before = _packets_out(switch)
+    grouped = run_ranks(spec(switch, client=client), "sum")
+    middle = _packets_out(switch)
+    each = run_ranks(spec(switch, client=client, multicast="off"), "sum")
+    after = _packets_out(switch)
+    failed = [o.get("error") for o in grouped + each if "checksum" not in o]
+    assert not failed, failed
+    assert len({o["checksum"] for o in grouped + each}) == 1 and \
+        grouped[0]["max_abs_error"] < 1e-5
+    assert all(o["stats"]["multicast"] for o in grouped)
+    assert not any(o["stats"]["multicast"] for o in each)
+    chunks = 50_000 // 1000
+    assert middle - before < 2 * chunks <= 3 * chunks <= after - middle, (before, middle, after)
+
+
 def test_sharded_over_two_switches():
     with running_switches("127.0.0.1", 2) as service:
         outs = run_ranks(spec(service), "sum")

@@ -3,11 +3,15 @@
 Once per exchange, every collective within the exchange's own process group
 (``ctx.group``, so that several groups, such as Prague's, bootstrap side by side):
 
-1. the workers all-gather the address each host uses to reach the switch; if every worker
-   is on its own host (and multicast is not off), rank 0 picks a port that every worker
-   binds on all its interfaces, so that results can come by IP multicast; otherwise
-   (several workers on one host) each binds its own port and the switch sends results to
-   every worker in turn;
+1. the workers all-gather the address each host uses to reach the switch; unless
+   multicast is off, rank 0 picks a port for results to come to by IP multicast: if every
+   worker is on its own host, every worker binds its one socket to that port on all its
+   interfaces; if several share a host (loopback included), each keeps a socket of its own
+   port for everything else and opens a second one on the common port for the job's
+   results, so that a host takes one copy of each result whatever its workers (the switch
+   declines the group where it could not reach them: workers on loopback addresses of a
+   switch not bound to one); where that port cannot be bound everywhere, the switch sends
+   results to every worker in turn;
 2. the workers all-gather their UDP addresses;
 3. rank 0 registers the job on every shard over TLS (the switch's pinned certificate; the
    admin token if the switch needs one) and broadcasts the job numbers, the per-rank
@@ -72,6 +76,8 @@ class Session:
     shards: list[Shard] = field(default_factory=list)
     groups: list[str] = field(default_factory=list)  # multicast groups joined
     multicast_port: int | None = None
+    # the socket results come to when several workers share this host (None: ``sock``)
+    results: socket.socket | None = None
 
     def failure(self) -> str | None:
         """Why the job broke, as a control connection heard it (a worker left, ...)."""
@@ -82,6 +88,8 @@ class Session:
         for control in self.controls:
             control.close(leave=leave)
         self.sock.close()
+        if self.results is not None:
+            self.results.close()
 
 
 def local_address(switch: Address) -> str:
@@ -106,11 +114,34 @@ def _broadcast_from_first(ctx: ExchangeContext, value: Any) -> Any:
     return _objects(ctx).broadcast_from_first(value)
 
 
+def _results_socket(port: int) -> socket.socket | None:
+    """A socket on the common ``port`` that several workers of one host bind side by side,
+    for the groups it joins only; None if the port is taken here."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_IP, IP_MULTICAST_ALL, 0)
+        set_buffers(sock)
+        sock.bind(("0.0.0.0", port))
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
 def _bind(session: Session, ctx: ExchangeContext, multicast: bool) -> None:
-    """Bind the data socket; one common port on every host if results can be multicast."""
+    """Bind the data socket; one common port on every host if results can be multicast
+    (the data socket's, or with several workers on a host, a results socket's)."""
     hosts = _all_gather(ctx, session.host)
-    if multicast and len(set(hosts)) == len(hosts) and not any(
-            h.startswith("127.") for h in hosts):
+    if multicast and len(set(hosts)) < len(hosts):
+        port = _broadcast_from_first(ctx, random.randint(30000, 59999))
+        session.results = _results_socket(port)
+        if all(_all_gather(ctx, session.results is not None)):
+            session.multicast_port = port
+        elif session.results is not None:
+            session.results.close()
+            session.results = None
+    elif multicast and not any(h.startswith("127.") for h in hosts):
         port = _broadcast_from_first(ctx, random.randint(30000, 59999))
         try:
             session.sock.setsockopt(socket.IPPROTO_IP, IP_MULTICAST_ALL, 0)
@@ -224,10 +255,14 @@ def _join(session: Session, grants: list[Any], ctx: ExchangeContext,
         channels.append(Channel(keys, ctx.rank))
         control.start_heartbeats()
     session.groups = sorted({g for *_, g in grants if g})
+    if not session.groups and session.results is not None:  # the switch declined a group
+        session.results.close()
+        session.results = None
     for group in session.groups:
         membership = socket.inet_aton(group) + socket.inet_aton(session.host)
         try:
-            session.sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, membership)
+            (session.results or session.sock).setsockopt(
+                socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, membership)
         except OSError as exc:
             raise ExchangeError(f"cannot join multicast group {group} on {session.host}: "
                                 f"{exc.strerror or exc}") from exc

@@ -59,7 +59,8 @@ class SwitchExchange(Exchange):
         self.session: Session = bootstrap(ctx, spec)
         self.transport = Transport(self.session.sock, ctx.rank, ctx.world_size, spec.k,
                                    self.session.shards, spec.timing, spec.drop_rate, spec.seed,
-                                   failure=self.session.failure, client=spec.client)
+                                   failure=self.session.failure, client=spec.client,
+                                   results=self.session.results)
 
     def _sparse_for(self, key: int | str | None) -> bool:
         mode = self.spec.mode

@@ -56,13 +56,14 @@ def _material(shard: Shard, rank: int) -> bytes:
 
 class NativeOps:
     def __init__(self, fd: int, rank: int, workers: int, k: int, shards: list[Shard],
-                 timing: Timing, drop_rate: float, seed: int) -> None:
+                 timing: Timing, drop_rate: float, seed: int, results_fd: int = -1) -> None:
         self.rank, self.shards, self.k = rank, shards, k
         self.client = Client(fd, rank, workers, k, shards[0].channel.mode,
                              [ShardKeys(sh.address, sh.job, sh.slots, _material(sh, rank))
                               for sh in shards],
                              timing.initial_timeout_s, timing.min_timeout_s,
-                             timing.max_timeout_s, timing.deadline_s, drop_rate, seed)
+                             timing.max_timeout_s, timing.deadline_s, drop_rate, seed,
+                             results_fd)
         self.seen = dict.fromkeys(("packets_sent", "bytes_sent", "packets_received",
                                    "bytes_received", "retransmissions", "probes", "rejected",
                                    "drops_injected"), 0)

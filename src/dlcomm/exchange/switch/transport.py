@@ -1,4 +1,6 @@
-"""The worker's I/O shell: one UDP socket and one thread that drives :class:`AllreduceOp`s.
+"""The worker's I/O shell: one UDP socket (and, where the job's results come to a group
+that several workers of this host share, that group's socket) and one thread that drives
+:class:`AllreduceOp`s.
 
 :meth:`Transport.submit` queues a tensor; the I/O thread builds its op (dense or sparse),
 runs it to the end and resolves the Future with a :class:`Finished` (the summed tensor and
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import queue
 import random
+import select
 import socket
 import threading
 import time
@@ -79,8 +82,9 @@ class Transport:
     def __init__(self, sock: socket.socket, rank: int, workers: int, k: int,
                  shards: list[Shard], timing: Timing, drop_rate: float = 0.0, seed: int = 0,
                  failure: Callable[[], str | None] = lambda: None,
-                 client: str = "native") -> None:
+                 client: str = "native", results: socket.socket | None = None) -> None:
         self.sock, self.rank, self.workers, self.k = sock, rank, workers, k
+        self.results = results   # results' own socket (bootstrap.Session.results), if any
         self.shards, self.timing = shards, timing
         self.seqs = [[0] * sh.slots for sh in shards]
         self.rtt = RttEstimator(timing)
@@ -96,7 +100,8 @@ class Transport:
             from dlcomm.exchange.switch.native_ops import NativeOps
 
             self.native = NativeOps(sock.fileno(), rank, workers, k, shards, timing,
-                                    drop_rate, seed)
+                                    drop_rate, seed,
+                                    results.fileno() if results is not None else -1)
         self._ops: queue.Queue[tuple[Request, torch.futures.Future[Finished]] | None] = \
             queue.Queue()
         self._thread = threading.Thread(target=self._run, name="dlcomm-switch-io", daemon=True)
@@ -197,6 +202,22 @@ class Transport:
                             self.native.union_blocks())
         return Finished(flat, data, False)
 
+    def _receive(self, sock: socket.socket, buf: bytearray, timeout: float
+                 ) -> tuple[int, tuple[str, int]]:
+        """One datagram from the worker's socket or the results' (TimeoutError if none
+        came within ``timeout``)."""
+        if self.results is None:
+            sock.settimeout(timeout)
+            return sock.recvfrom_into(buf)
+        ready, _, _ = select.select([sock, self.results], [], [], timeout)
+        if not ready:
+            raise TimeoutError
+        ready[0].settimeout(0)
+        try:
+            return ready[0].recvfrom_into(buf)
+        except BlockingIOError:
+            raise TimeoutError from None
+
     def _run_op(self, request: Request, view: memoryview, buf: bytearray) -> Finished:
         flat = request.flat
         data = flat.detach().numpy() if flat.is_contiguous() else flat.contiguous().numpy()
@@ -223,9 +244,8 @@ class Transport:
             if wait <= 0:
                 self._send(op.on_timeout(now))
                 continue
-            sock.settimeout(min(wait, 0.1))
             try:
-                n, src = sock.recvfrom_into(buf)
+                n, src = self._receive(sock, buf, min(wait, 0.1))
             except TimeoutError:
                 continue
             if self.drop_rate and self.rng.random() < self.drop_rate:

@@ -47,6 +47,7 @@ typedef struct {
 
 typedef struct {
     int fd, rank, workers, k, auth, nshards, gso; int32_t limit; int log2n;
+    int rfd;          /* results' own socket (a group shared by workers of one host), or -1 */
     size_t gso_max;   /* segments of this size or more exceeded the path's frame: no GSO */
     double init_to, min_to, max_to, deadline_s, drop_rate; uint64_t rng;
     cl_shard shards[MAX_SHARDS];
@@ -111,7 +112,7 @@ dlc_client *dlc_client_new(int fd, int rank, int workers, int k, int auth, doubl
         return NULL;
     dlc_client *c = calloc(1, sizeof *c);
     if (!c) return NULL;
-    c->fd = fd; c->rank = rank; c->workers = workers; c->k = k; c->auth = auth;
+    c->fd = fd; c->rfd = -1; c->rank = rank; c->workers = workers; c->k = k; c->auth = auth;
     c->init_to = init_to; c->min_to = min_to; c->max_to = max_to; c->deadline_s = deadline_s;
     c->drop_rate = drop_rate; c->rng = seed * 0x9E3779B97F4A7C15ull + 7;
     c->log2n = 1; c->gso = 1; c->gso_max = SIZE_MAX;
@@ -391,6 +392,7 @@ int dlc_client_begin(dlc_client *c, const float *data, float *out, size_t n, dou
 
 /* Segmentation offload on (1) or off (0): one datagram per send and receive. */
 void dlc_client_set_gso(dlc_client *c, int on) { c->gso = on; }
+void dlc_client_set_results_fd(dlc_client *c, int fd) { c->rfd = fd; }
 
 void dlc_client_allow_skew(dlc_client *c, double seconds) {
     for (int i = 0; i < c->npos; i++) c->pos[i].deadline += seconds;
@@ -722,17 +724,54 @@ static int flush(dlc_client *c) {
     return r < 0 ? r : 0;
 }
 
-/* Run the op for up to slice_s: returns dlc_client_done()'s answer, or -errno if sending
- * failed. The caller checks its control channel between slices. */
-int dlc_client_run(dlc_client *c, double slice_s) {
+/* Receive what is waiting on fd (without blocking) and hand it to the op: how many
+ * datagrams (GRO batches) were read, or 0. */
+static int drain(dlc_client *c, int fd) {
     struct mmsghdr msgs[RX_BATCH];
     struct iovec iovs[RX_BATCH];
     struct sockaddr_in addrs[RX_BATCH];
     char ctrl[RX_BATCH][64];
-    int one = 1, zero = 0;
+    for (int i = 0; i < RX_BATCH; i++) {
+        iovs[i].iov_base = c->rx + (size_t)i * 65536; iovs[i].iov_len = 65536;
+        memset(&msgs[i].msg_hdr, 0, sizeof msgs[i].msg_hdr);
+        msgs[i].msg_hdr.msg_name = &addrs[i]; msgs[i].msg_hdr.msg_namelen = sizeof addrs[i];
+        msgs[i].msg_hdr.msg_iov = &iovs[i]; msgs[i].msg_hdr.msg_iovlen = 1;
+        msgs[i].msg_hdr.msg_control = ctrl[i]; msgs[i].msg_hdr.msg_controllen = 64;
+    }
+    int n = recvmmsg(fd, msgs, RX_BATCH, MSG_DONTWAIT, NULL);
+    if (n <= 0) return 0;
+    double now = dlc_now();
+    for (int i = 0; i < n; i++) {
+        size_t len = msgs[i].msg_len, seg = len;
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msgs[i].msg_hdr); cm;
+             cm = CMSG_NXTHDR(&msgs[i].msg_hdr, cm))
+            if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
+                int g; memcpy(&g, CMSG_DATA(cm), sizeof g);
+                if (g > 0) seg = (size_t)g;
+            }
+        uint32_t ip = ntohl(addrs[i].sin_addr.s_addr);
+        uint16_t port = ntohs(addrs[i].sin_port);
+        for (size_t off = 0; off < len; off += seg) {
+            size_t part = len - off < seg ? len - off : seg;
+            if (dropped(c)) continue;
+            c->stats[S_RECV]++;
+            c->stats[S_BRECV] += part;
+            dlc_client_on_datagram(c, c->rx + (size_t)i * 65536 + off, part, ip, port, now);
+        }
+    }
+    return n;
+}
+
+/* Run the op for up to slice_s: returns dlc_client_done()'s answer, or -errno if sending
+ * failed. The caller checks its control channel between slices. Datagrams come on the
+ * worker's socket and, where the job's results come to a group of their own, on that one. */
+int dlc_client_run(dlc_client *c, double slice_s) {
+    int one = 1, zero = 0, fds[2] = {c->fd, c->rfd}, nfds = c->rfd >= 0 ? 2 : 1;
     /* results of a batch arrive whole (UDP_GRO) while this op runs; a Python op on the same
      * socket (sparse rounds) reads plain datagrams */
-    int gro = c->gso && setsockopt(c->fd, SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
+    int gro[2] = {0, 0};
+    for (int f = 0; f < nfds; f++)
+        gro[f] = c->gso && setsockopt(fds[f], SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
     double until = dlc_now() + slice_s;
     int r = flush(c), state = 0;
     while (r >= 0) {
@@ -747,42 +786,19 @@ int dlc_client_run(dlc_client *c, double slice_s) {
             continue;
         }
         if (wait > until - now) wait = until - now;
-        for (int i = 0; i < RX_BATCH; i++) {
-            iovs[i].iov_base = c->rx + (size_t)i * 65536; iovs[i].iov_len = 65536;
-            memset(&msgs[i].msg_hdr, 0, sizeof msgs[i].msg_hdr);
-            msgs[i].msg_hdr.msg_name = &addrs[i]; msgs[i].msg_hdr.msg_namelen = sizeof addrs[i];
-            msgs[i].msg_hdr.msg_iov = &iovs[i]; msgs[i].msg_hdr.msg_iovlen = 1;
-            msgs[i].msg_hdr.msg_control = ctrl[i]; msgs[i].msg_hdr.msg_controllen = 64;
-        }
-        int n = recvmmsg(c->fd, msgs, RX_BATCH, MSG_DONTWAIT, NULL);
-        if (n <= 0) {
-            struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+        int got = 0;
+        for (int f = 0; f < nfds && !(f && dlc_client_done(c)); f++) got += drain(c, fds[f]);
+        if (!got) {
+            struct pollfd pfd[2] = {{.fd = fds[0], .events = POLLIN},
+                                    {.fd = fds[1], .events = POLLIN}};
             int ms = (int)ceil(wait * 1000);
-            poll(&pfd, 1, ms < 1 ? 1 : ms);
+            poll(pfd, (nfds_t)nfds, ms < 1 ? 1 : ms);
             continue;
-        }
-        now = dlc_now();
-        for (int i = 0; i < n; i++) {
-            size_t len = msgs[i].msg_len, seg = len;
-            for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msgs[i].msg_hdr); cm;
-                 cm = CMSG_NXTHDR(&msgs[i].msg_hdr, cm))
-                if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
-                    int g; memcpy(&g, CMSG_DATA(cm), sizeof g);
-                    if (g > 0) seg = (size_t)g;
-                }
-            uint32_t ip = ntohl(addrs[i].sin_addr.s_addr);
-            uint16_t port = ntohs(addrs[i].sin_port);
-            for (size_t off = 0; off < len; off += seg) {
-                size_t part = len - off < seg ? len - off : seg;
-                if (dropped(c)) continue;
-                c->stats[S_RECV]++;
-                c->stats[S_BRECV] += part;
-                dlc_client_on_datagram(c, c->rx + (size_t)i * 65536 + off, part, ip, port, now);
-            }
         }
         r = flush(c);
     }
-    if (gro) setsockopt(c->fd, SOL_UDP, UDP_GRO, &zero, sizeof zero);
+    for (int f = 0; f < nfds; f++)
+        if (gro[f]) setsockopt(fds[f], SOL_UDP, UDP_GRO, &zero, sizeof zero);
     return r < 0 ? r : state;
 }
 
