@@ -14,15 +14,17 @@ when they start one for the job). ``fp`` pins each switch's TLS certificate (the
 ``dlcomm switch serve`` prints; ``$DLCOMM_SWITCH_FP``); ``token_file`` holds the admin token
 a switch beyond loopback requires (``$DLCOMM_SWITCH_TOKEN_FILE``); ``auth`` is the packets'
 protection (docs/security.md): a tag on every packet (the default), encrypted payloads too,
-or none (a trusted network only). ``client`` is the worker's data path for dense rounds:
-the native one (dlcomm.native.client; the default, ``$DLCOMM_CLIENT``) or its Python
-specification (sparse rounds always run in Python). ``mtu`` sizes packets to the path
-(one lost frame then costs one packet, not a datagram of many IP fragments): k is the
-largest multiple of the block size (256 in dense mode, so that all three modes still give
-the same sums) whose datagram fits one frame; dlcomm's emulated clusters tell their workers
-their MTU (``$DLCOMM_PATH_MTU``), which is then the default of ``switch`` (dense rounds,
-native); ``sparse-switch`` and ``auto`` keep 64 KB datagrams unless given ``mtu``, because
-their sparse rounds run in Python. ``mtu=0``: datagrams up to 64 KB.
+or none (a trusted network only). ``client`` is the worker's data path (dense rounds, and
+sparse ones at threshold 0): the native one (dlcomm.native.client; the default,
+``$DLCOMM_CLIENT``) or its Python specification (sparse rounds with a threshold always run
+in Python). ``mtu`` sizes packets to the path (one lost frame then costs one packet, not a
+datagram of many IP fragments): k is the largest multiple of the block size (256 in dense
+mode, so that all three modes still give the same sums) whose datagram fits one frame;
+dlcomm's emulated clusters tell their workers their MTU (``$DLCOMM_PATH_MTU``), which is
+then the default of ``switch`` (dense rounds, native); ``sparse-switch`` and ``auto`` keep
+64 KB datagrams unless given ``mtu``, because a sparse round carries a look-ahead and up to
+m blocks, and fewer, fuller rounds cost less per byte. ``mtu=0``: datagrams up to 64 KB.
+``multicast=off``: results to every worker in turn, never to the job's group (bootstrap.py).
 """
 
 from __future__ import annotations
