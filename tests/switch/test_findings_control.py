@@ -285,8 +285,9 @@ def test_8_the_client_hears_refusals_at_once():
 
 def test_a_group_is_granted_only_where_it_reaches_every_worker():
     """Workers of other hosts join a group on their interface; workers on loopback get it
-    only from a switch whose groups loop back there; a worker on another address of the
-    switch's own host would not hear it at all (results then go to each worker)."""
+    only from a switch whose groups leave through lo, which reach no other host; a worker on
+    another address of the switch's own host would not hear it at all (results then go to
+    each worker)."""
     remote = [("192.0.2.1", 4000), ("192.0.2.2", 4000)]   # TEST-NET: not this host
     loop = [("127.0.0.1", 4000), ("127.0.0.1", 4001)]
     local = [("10.9.9.9", 4000)]
@@ -294,4 +295,5 @@ def test_a_group_is_granted_only_where_it_reaches_every_worker():
     assert group_reaches(remote, False, lambda h: bool(is_local(h)))
     assert not group_reaches(loop, False, lambda h: bool(is_local(h)))
     assert group_reaches(loop, True, lambda h: bool(is_local(h)))
-    assert not group_reaches(local + remote, True, lambda h: bool(is_local(h)))
+    assert not group_reaches(loop + remote, True, lambda h: bool(is_local(h)))  # through lo
+    assert not group_reaches(local + remote, False, lambda h: bool(is_local(h)))

@@ -371,9 +371,10 @@ class OnPath:
         return early
 
     def join_group(self, group: str, port: int) -> None:
-        """Receive a job's multicast results too (its workers share this host's group)."""
+        """Receive a job's multicast results too (its workers share this host's group; the
+        test is their user, whom ``SO_REUSEPORT`` lets share the group's port)."""
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(("", port))
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
                         socket.inet_aton(group) + socket.inet_aton("127.0.0.1"))

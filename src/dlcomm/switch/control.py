@@ -72,22 +72,22 @@ def group_reaches(addresses: list[tuple[str, int]], loopback_multicast: bool,
     datagrams loop back to them (a switch on a loopback address, workers on loopback)."""
     local = is_local or _is_local
     for host, _ in addresses:
-        if ipaddress.ip_address(host).is_loopback:
-            if not loopback_multicast:
-                return False
-        elif local(host):
-            return False
+        loopback = ipaddress.ip_address(host).is_loopback
+        if loopback != loopback_multicast or (not loopback and local(host)):
+            return False  # a group through lo reaches loopback workers, and only them
     return True
 
 
 def _is_local(host: str) -> bool:
-    """Whether ``host`` is an address of this host (a socket can be bound to it)."""
+    """Whether ``host`` is an address of this host: the kernel's route to it starts from
+    that very address (connecting a UDP socket sends nothing; a bind test would say yes to
+    any address where ``ip_nonlocal_bind`` is set)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         try:
-            probe.bind((host, 0))
+            probe.connect((host, 9))
         except OSError:
             return False
-    return True
+        return bool(probe.getsockname()[0] == host)
 
 
 class ControlPlane:

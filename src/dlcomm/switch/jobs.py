@@ -3,13 +3,14 @@
 A job registers with its number of workers and their UDP addresses and asks for a number
 of slots (its window); it gets a random job number, a random 32-byte secret (its packet keys derive
 from it, wire/auth.py), and a range of the switch's slot pool to itself, so several jobs
-aggregate at once without touching each other's slots. When the workers sit on distinct
-hosts and listen on a common port, the job also gets an IP multicast group, drawn at random
-from 239.0.0.0/8 (nobody can guess it from the job number): the switch sends each result
-once and the network replicates it, as a hardware switch replicates a result to the ports
-of a job (SwitchML). A job is *live* once every rank has attached (and proved that its
-address receives); before that its packets are dropped. Ending a job (or its timing out)
-returns its slots to the pool.
+aggregate at once without touching each other's slots. When the workers listen for results
+on a common port and the group reaches every one of them (the control plane decides:
+``control.group_reaches``), the job also gets an IP multicast group, drawn at random from
+239.0.0.0/8 (nobody can guess it from the job number): the switch sends each result once
+and the network (or, for the workers of one host, its kernel) replicates it, as a hardware
+switch replicates a result to the ports of a job (SwitchML). A job is *live* once every
+rank has attached (and proved that its address receives); before that its packets are
+dropped. Ending a job (or its timing out) returns its slots to the pool.
 """
 
 from __future__ import annotations

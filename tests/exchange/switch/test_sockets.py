@@ -104,6 +104,46 @@ def test_workers_of_one_host_take_each_result_from_their_group(switch, client):
     assert middle - before < 2 * chunks <= 3 * chunks <= after - middle, (before, middle, after)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
+def test_another_user_cannot_bind_the_port_results_come_to():
+    """The results socket of workers that share a host (bootstrap._results_socket) shares its
+    port with its own user's processes only: another user of the host can bind it neither
+    alongside (SO_REUSEPORT, SO_REUSEADDR) nor on the group's address, so it cannot read the
+    results (in clear in mode ``authenticated``)."""
+    from dlcomm.exchange.switch.bootstrap import _results_socket
+
+    sock = None
+    for port in range(47000, 47100):
+        sock = _results_socket(port)
+        if sock is not None:
+            break
+    assert sock is not None
+    try:
+        same = _results_socket(port)   # a worker of the same user, alongside
+        assert same is not None
+        same.close()
+        child = os.fork()
+        if child == 0:  # pragma: no cover (the child reports by its exit status)
+            os.setgid(65534)
+            os.setuid(65534)
+            bound = 0
+            for option, host in ((socket.SO_REUSEPORT, "0.0.0.0"),
+                                 (socket.SO_REUSEADDR, "0.0.0.0"),
+                                 (socket.SO_REUSEADDR, "239.1.2.3")):
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as other:
+                    other.setsockopt(socket.SOL_SOCKET, option, 1)
+                    try:
+                        other.bind((host, port))
+                        bound += 1
+                    except OSError:
+                        pass
+            os._exit(bound)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        sock.close()
+
+
 def test_sharded_over_two_switches():
     with running_switches("127.0.0.1", 2) as service:
         outs = run_ranks(spec(service), "sum")

@@ -116,10 +116,12 @@ def _broadcast_from_first(ctx: ExchangeContext, value: Any) -> Any:
 
 def _results_socket(port: int) -> socket.socket | None:
     """A socket on the common ``port`` that several workers of one host bind side by side,
-    for the groups it joins only; None if the port is taken here."""
+    for the groups it joins only; None if the port is taken here. ``SO_REUSEPORT`` (each
+    socket of the port still gets every group datagram) lets only processes of the same
+    user share the port, so another user of the host cannot bind it and read the results."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.setsockopt(socket.IPPROTO_IP, IP_MULTICAST_ALL, 0)
         set_buffers(sock)
         sock.bind(("0.0.0.0", port))

@@ -57,10 +57,14 @@ class SwitchExchange(Exchange):
         self.density: dict[int | str | None, float] = {}  # global block density per tensor
         self.sparse_ops = self.dense_ops = 0
         self.session: Session = bootstrap(ctx, spec)
-        self.transport = Transport(self.session.sock, ctx.rank, ctx.world_size, spec.k,
-                                   self.session.shards, spec.timing, spec.drop_rate, spec.seed,
-                                   failure=self.session.failure, client=spec.client,
-                                   results=self.session.results)
+        try:
+            self.transport = Transport(self.session.sock, ctx.rank, ctx.world_size, spec.k,
+                                       self.session.shards, spec.timing, spec.drop_rate,
+                                       spec.seed, failure=self.session.failure,
+                                       client=spec.client, results=self.session.results)
+        except BaseException:
+            self.session.close(leave=False)   # its sockets and control connections
+            raise
 
     def _sparse_for(self, key: int | str | None) -> bool:
         mode = self.spec.mode

@@ -85,6 +85,11 @@ class Transport:
                  client: str = "native", results: socket.socket | None = None) -> None:
         self.sock, self.rank, self.workers, self.k = sock, rank, workers, k
         self.results = results   # results' own socket (bootstrap.Session.results), if any
+        self._poll: select.poll | None = None
+        if results is not None:
+            self._poll = select.poll()
+            for s in (sock, results):
+                self._poll.register(s, select.POLLIN)
         self.shards, self.timing = shards, timing
         self.seqs = [[0] * sh.slots for sh in shards]
         self.rtt = RttEstimator(timing)
@@ -206,17 +211,18 @@ class Transport:
                  ) -> tuple[int, tuple[str, int]]:
         """One datagram from the worker's socket or the results' (TimeoutError if none
         came within ``timeout``)."""
-        if self.results is None:
+        if self.results is None or self._poll is None:
             sock.settimeout(timeout)
             return sock.recvfrom_into(buf)
-        ready, _, _ = select.select([sock, self.results], [], [], timeout)
-        if not ready:
-            raise TimeoutError
-        ready[0].settimeout(0)
-        try:
-            return ready[0].recvfrom_into(buf)
-        except BlockingIOError:
-            raise TimeoutError from None
+        for waited in (False, True):  # the worker's socket first, as the native loop
+            for s in (sock, self.results):
+                try:  # without blocking, and without changing the socket's timeout
+                    return s.recvfrom_into(buf, 0, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    pass
+            if waited or not self._poll.poll(max(1, int(timeout * 1000))):
+                break
+        raise TimeoutError
 
     def _run_op(self, request: Request, view: memoryview, buf: bytearray) -> Finished:
         flat = request.flat
