@@ -18,7 +18,7 @@ import pytest
 
 from dlcomm.errors import ExchangeError
 from dlcomm.switch.client import ControlClient
-from dlcomm.switch.control import group_reaches
+from dlcomm.switch.groups import group_reaches
 from dlcomm.switch.registrations import Limits
 from dlcomm.switch.service import running_switches
 from dlcomm.wire.packet import DATA, RESULT, Header, decode_header

@@ -16,18 +16,15 @@ sends a CHALLENGE nonce to its registered address -> the rank ``attach``es from 
 with its ticket and the nonce its address received (once per rank) -> live (packets are
 accepted) -> heartbeats keep it; it ends when every rank left, when a rank's connection
 drops (the others hear ``worker_left``, or ``job_failed`` if the job had failed), or when
-both its packets and its heartbeats have been silent for the job timeout. A job that asks
-for a multicast port gets a group only where its results sent there reach every worker
-(:func:`group_reaches`); otherwise results go to each worker in turn.
+both its packets and its heartbeats have been silent for the job timeout. A job gets the
+multicast group it asks for only where the group reaches every worker (``groups.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import secrets
-import socket
 import ssl
 import sys
 import time
@@ -36,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dlcomm.sockets import keepalive
+from dlcomm.switch.groups import granted_port
 from dlcomm.switch.jobs import SwitchFull
 from dlcomm.switch.registrations import (
     Conn,
@@ -44,6 +42,7 @@ from dlcomm.switch.registrations import (
     RateLimit,
     Registration,
     SwitchState,
+    registration_stats,
     valid_worker_address,
 )
 from dlcomm.switch.security import token_matches
@@ -59,35 +58,10 @@ from dlcomm.wire.control import (
 )
 from dlcomm.wire.packet import CHALLENGE, NONCE_SIZE, SWITCH_RANK, Header
 
-__all__ = ["ControlPlane", "line_limit", "group_reaches"]
+__all__ = ["ControlPlane", "line_limit"]
 
 TICKET_SIZE = 16
 CHALLENGE_INTERVAL_S = 0.5
-
-
-def group_reaches(addresses: list[tuple[str, int]], loopback_multicast: bool,
-                  is_local: Callable[[str], bool] | None = None) -> bool:
-    """Whether results sent to a multicast group reach workers at ``addresses``: those of
-    other hosts join it on their interface; those of this host only where the group's
-    datagrams loop back to them (a switch on a loopback address, workers on loopback)."""
-    local = is_local or _is_local
-    for host, _ in addresses:
-        loopback = ipaddress.ip_address(host).is_loopback
-        if loopback != loopback_multicast or (not loopback and local(host)):
-            return False  # a group through lo reaches loopback workers, and only them
-    return True
-
-
-def _is_local(host: str) -> bool:
-    """Whether ``host`` is an address of this host: the kernel's route to it starts from
-    that very address (connecting a UDP socket sends nothing; a bind test would say yes to
-    any address where ``ip_nonlocal_bind`` is set)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect((host, 9))
-        except OSError:
-            return False
-        return bool(probe.getsockname()[0] == host)
 
 
 class ControlPlane:
@@ -96,8 +70,7 @@ class ControlPlane:
                  stats: Callable[[], dict[str, Any]] | None = None,
                  loopback_multicast: bool = False) -> None:
         self.state, self.send_udp, self.token = state, send_udp, token
-        # whether results sent to a group reach workers on this host's loopback addresses
-        self.loopback_multicast = loopback_multicast
+        self.loopback_multicast = loopback_multicast  # groups leave through lo (groups.py)
         self.stats = stats or self.stats_of_jobs
         self.limits, self.job_timeout_s = limits, job_timeout_s
         self.registrations: dict[int, Registration] = {}   # job number -> registration
@@ -233,10 +206,9 @@ class ControlPlane:
         slots = take_int(req, "slots", 1, limits.max_slots_per_job)
         k = take_int(req, "k", 1, self.state.table.max_k)
         block = take_int(req, "block", 0, 1 << 16, default=0)
-        mport = req.get("multicast_port")
-        multicast = None if mport is None else take_int(req, "multicast_port", 1, 65535)
-        if multicast is not None and not group_reaches(addresses, self.loopback_multicast):
-            multicast = None  # a group would not reach them: results go to each worker
+        mport = req.get("multicast_port")  # a group only where it reaches every worker
+        multicast = None if mport is None else granted_port(
+            take_int(req, "multicast_port", 1, 65535), addresses, self.loopback_multicast)
         name = take_str(req, "name", 64, default="")
         auth_name = take_str(req, "auth", 16, default="authenticated")
         if auth_name not in AUTH_MODES:
@@ -419,12 +391,8 @@ class ControlPlane:
                 if not member.left and now - member.last_heard > silent_member:
                     member.writer.close()  # its connection's end tells the others
 
-    # -- statistics ------------------------------------------------------------------------
-    def stats_of_jobs(self) -> dict[str, Any]:
-        return {"registrations": {str(j): {"live": r.job.live,
-                                           "attached": sorted(r.attached)}
-                                  for j, r in self.registrations.items()},
-                "connections": sum(self.connections.values())}
+    def stats_of_jobs(self) -> dict[str, Any]:  # statistics
+        return registration_stats(self.registrations, self.connections)
 
 
 def line_limit() -> int:

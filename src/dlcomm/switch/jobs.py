@@ -5,7 +5,7 @@ of slots (its window); it gets a random job number, a random 32-byte secret (its
 from it, wire/auth.py), and a range of the switch's slot pool to itself, so several jobs
 aggregate at once without touching each other's slots. When the workers listen for results
 on a common port and the group reaches every one of them (the control plane decides:
-``control.group_reaches``), the job also gets an IP multicast group, drawn at random from
+``groups.group_reaches``), the job also gets an IP multicast group, drawn at random from
 239.0.0.0/8 (nobody can guess it from the job number): the switch sends each result once
 and the network (or, for the workers of one host, its kernel) replicates it, as a hardware
 switch replicates a result to the ports of a job (SwitchML). A job is *live* once every

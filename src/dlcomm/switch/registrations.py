@@ -20,7 +20,7 @@ from dlcomm.switch.jobs import Job, JobTable
 from dlcomm.wire.control import BadRequest
 
 __all__ = ["Limits", "SwitchState", "valid_worker_address", "Registration", "Member", "Conn",
-           "RateLimit"]
+           "RateLimit", "registration_stats"]
 
 
 @dataclass(frozen=True)
@@ -116,3 +116,12 @@ class RateLimit:
             for key in [k for k, v in self.recent.items() if not v]:
                 del self.recent[key]
         return False
+
+
+def registration_stats(registrations: dict[int, Registration],
+                       connections: Counter[str]) -> dict[str, Any]:
+    """The control plane's part of ``stats``: each registration's liveness and attached
+    ranks, and the open connections."""
+    return {"registrations": {str(j): {"live": r.job.live, "attached": sorted(r.attached)}
+                              for j, r in registrations.items()},
+            "connections": sum(connections.values())}
