@@ -11,6 +11,7 @@ sent and received is counted here, on dlcomm's own socket.
 
 from __future__ import annotations
 
+import math
 import queue
 import random
 import select
@@ -85,11 +86,10 @@ class Transport:
                  client: str = "native", results: socket.socket | None = None) -> None:
         self.sock, self.rank, self.workers, self.k = sock, rank, workers, k
         self.results = results   # results' own socket (bootstrap.Session.results), if any
-        self._poll: select.poll | None = None
-        if results is not None:
-            self._poll = select.poll()
-            for s in (sock, results):
-                self._poll.register(s, select.POLLIN)
+        self._readable = (sock,) if results is None else (sock, results)
+        self._poll = select.poll()
+        for s in self._readable:
+            self._poll.register(s, select.POLLIN)
         self.shards, self.timing = shards, timing
         self.seqs = [[0] * sh.slots for sh in shards]
         self.rtt = RttEstimator(timing)
@@ -207,20 +207,19 @@ class Transport:
                             self.native.union_blocks())
         return Finished(flat, data, False)
 
-    def _receive(self, sock: socket.socket, buf: bytearray, timeout: float
-                 ) -> tuple[int, tuple[str, int]]:
+    def _receive(self, buf: bytearray, timeout: float) -> tuple[int, tuple[str, int]]:
         """One datagram from the worker's socket or the results' (TimeoutError if none
-        came within ``timeout``)."""
-        if self.results is None or self._poll is None:
-            sock.settimeout(timeout)
-            return sock.recvfrom_into(buf)
+        came within ``timeout``). Reads never block and never set a socket's timeout, so a
+        send waits for room in the socket's buffer (as the native loop polls for it) rather
+        than failing the job when a slow link holds the buffer full longer than a receive
+        would have waited."""
         for waited in (False, True):  # the worker's socket first, as the native loop
-            for s in (sock, self.results):
-                try:  # without blocking, and without changing the socket's timeout
+            for s in self._readable:
+                try:
                     return s.recvfrom_into(buf, 0, socket.MSG_DONTWAIT)
                 except BlockingIOError:
                     pass
-            if waited or not self._poll.poll(max(1, int(timeout * 1000))):
+            if waited or not self._poll.poll(max(1, math.ceil(timeout * 1000))):
                 break
         raise TimeoutError
 
@@ -236,7 +235,6 @@ class Transport:
         op.allow_skew(t1 - t0)
         extra = self.stats.extra
         extra["prepare_us"] = extra.get("prepare_us", 0) + int((t1 - t0) * 1e6)
-        sock = self.sock
         self._send(sends)
         next_check = time.monotonic() + 0.2
         while not op.done:
@@ -251,7 +249,7 @@ class Transport:
                 self._send(op.on_timeout(now))
                 continue
             try:
-                n, src = self._receive(sock, buf, min(wait, 0.1))
+                n, src = self._receive(buf, min(wait, 0.1))
             except TimeoutError:
                 continue
             if self.drop_rate and self.rng.random() < self.drop_rate:
