@@ -8,7 +8,7 @@ import ipaddress
 import socket
 from collections.abc import Callable
 
-__all__ = ["group_reaches", "granted_port", "is_local"]
+__all__ = ["group_reaches", "granted_port", "is_local", "is_loopback"]
 
 
 def group_reaches(addresses: list[tuple[str, int]], loopback_multicast: bool,
@@ -20,7 +20,7 @@ def group_reaches(addresses: list[tuple[str, int]], loopback_multicast: bool,
     nor those on another address of the switch's own host (its groups do not loop back)."""
     local = is_local_fn or is_local
     for host, _ in addresses:
-        loopback = ipaddress.ip_address(host).is_loopback
+        loopback = is_loopback(host)
         if loopback != loopback_multicast or (not loopback and local(host)):
             return False  # a group through lo reaches loopback workers, and only them
     return True
@@ -31,6 +31,14 @@ def granted_port(port: int, addresses: list[tuple[str, int]], loopback_multicast
     """The multicast port a job asked for, if its group would reach every worker; else None
     (its results then go to each worker in turn)."""
     return port if group_reaches(addresses, loopback_multicast, is_local_fn) else None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is an IPv4 or IPv6 loopback literal (a name is not)."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def is_local(host: str) -> bool:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import random
 import socket
 import sys
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from dlcomm.sockets import set_buffers
 from dlcomm.switch.control import ControlPlane, line_limit
 from dlcomm.switch.dataplane import Dataplane
+from dlcomm.switch.groups import is_loopback
 from dlcomm.switch.jobs import JobTable
 from dlcomm.switch.registrations import Limits, SwitchState
 from dlcomm.switch.security import Identity
@@ -63,13 +63,6 @@ def _bind_pair(host: str, port: int, reuse_port: bool = False,
             if port != 0:
                 raise
     raise OSError(f"no port of {host} was free for both UDP and TCP in {attempts} tries")
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class SwitchServer:
@@ -117,7 +110,7 @@ class SwitchServer:
         self.control = ControlPlane(self.state, self._send_udp, token, limits, job_timeout_s,
                                     self.stats,
                                     # a group sent through lo reaches this host's workers
-                                    loopback_multicast=_is_loopback(host))
+                                    loopback_multicast=is_loopback(host))
         self._stop = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._async_stop: asyncio.Event | None = None

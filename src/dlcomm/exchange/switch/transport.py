@@ -85,7 +85,7 @@ class Transport:
                  failure: Callable[[], str | None] = lambda: None,
                  client: str = "native", results: socket.socket | None = None) -> None:
         self.sock, self.rank, self.workers, self.k = sock, rank, workers, k
-        self.results = results   # results' own socket (bootstrap.Session.results), if any
+        # the worker's socket, and the results' own (bootstrap.Session.results) if any
         self._readable = (sock,) if results is None else (sock, results)
         self._poll = select.poll()
         for s in self._readable:

@@ -14,13 +14,11 @@
 #include <sys/socket.h>
 
 #include "dlc.h"
+#include "rx.h"
 
 #define MAX_SHARDS 16
 #define RTT_WINDOW 128
 #define RX_BATCH 16
-#ifndef UDP_GRO
-#define UDP_GRO 104
-#endif
 #define CL_MAX_OUTS 1024
 
 typedef struct {
@@ -731,24 +729,12 @@ static int drain(dlc_client *c, int fd) {
     struct iovec iovs[RX_BATCH];
     struct sockaddr_in addrs[RX_BATCH];
     char ctrl[RX_BATCH][64];
-    for (int i = 0; i < RX_BATCH; i++) {
-        iovs[i].iov_base = c->rx + (size_t)i * 65536; iovs[i].iov_len = 65536;
-        memset(&msgs[i].msg_hdr, 0, sizeof msgs[i].msg_hdr);
-        msgs[i].msg_hdr.msg_name = &addrs[i]; msgs[i].msg_hdr.msg_namelen = sizeof addrs[i];
-        msgs[i].msg_hdr.msg_iov = &iovs[i]; msgs[i].msg_hdr.msg_iovlen = 1;
-        msgs[i].msg_hdr.msg_control = ctrl[i]; msgs[i].msg_hdr.msg_controllen = 64;
-    }
+    dlc_rx_prepare(msgs, iovs, addrs, ctrl, c->rx, 65536, RX_BATCH);
     int n = recvmmsg(fd, msgs, RX_BATCH, MSG_DONTWAIT, NULL);
     if (n <= 0) return 0;
     double now = dlc_now();
     for (int i = 0; i < n; i++) {
-        size_t len = msgs[i].msg_len, seg = len;
-        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msgs[i].msg_hdr); cm;
-             cm = CMSG_NXTHDR(&msgs[i].msg_hdr, cm))
-            if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
-                int g; memcpy(&g, CMSG_DATA(cm), sizeof g);
-                if (g > 0) seg = (size_t)g;
-            }
+        size_t len = msgs[i].msg_len, seg = dlc_gro_segment(&msgs[i].msg_hdr, len);
         uint32_t ip = ntohl(addrs[i].sin_addr.s_addr);
         uint16_t port = ntohs(addrs[i].sin_port);
         for (size_t off = 0; off < len; off += seg) {

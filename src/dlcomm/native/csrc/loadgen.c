@@ -12,12 +12,10 @@
 #include <sys/socket.h>
 
 #include "dlc.h"
+#include "rx.h"
 
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
-#endif
-#ifndef UDP_GRO
-#define UDP_GRO 104
 #endif
 #define LG_RX 32
 #define LG_MAX_SEGS 64
@@ -149,21 +147,10 @@ int dlc_loadgen(const int *fds, int n, uint32_t sw_ip, uint16_t sw_port, uint16_
         /* collect results */
         int got_any = 0;
         for (int r = 0; r < n; r++) {
-            for (int i = 0; i < LG_RX; i++) {
-                iovs[i].iov_base = rx + (size_t)i * 65536; iovs[i].iov_len = 65536;
-                memset(&msgs[i].msg_hdr, 0, sizeof msgs[i].msg_hdr);
-                msgs[i].msg_hdr.msg_iov = &iovs[i]; msgs[i].msg_hdr.msg_iovlen = 1;
-                msgs[i].msg_hdr.msg_control = ctrl[i]; msgs[i].msg_hdr.msg_controllen = 64;
-            }
+            dlc_rx_prepare(msgs, iovs, NULL, ctrl, rx, 65536, LG_RX);
             int got = recvmmsg(fds[r], msgs, LG_RX, MSG_DONTWAIT, NULL);
             for (int i = 0; i < got; i++) {
-                size_t len = msgs[i].msg_len, seg = len;
-                for (struct cmsghdr *c = CMSG_FIRSTHDR(&msgs[i].msg_hdr); c;
-                     c = CMSG_NXTHDR(&msgs[i].msg_hdr, c))
-                    if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
-                        int g; memcpy(&g, CMSG_DATA(c), sizeof g);
-                        if (g > 0) seg = (size_t)g;
-                    }
+                size_t len = msgs[i].msg_len, seg = dlc_gro_segment(&msgs[i].msg_hdr, len);
                 for (size_t off = 0; off < len; off += seg) {
                     dlc_hdr h;
                     size_t part = len - off < seg ? len - off : seg;

@@ -12,10 +12,8 @@
 #include <time.h>
 
 #include "dlc.h"
+#include "rx.h"
 
-#ifndef UDP_GRO
-#define UDP_GRO 104
-#endif
 #define BATCH 32
 #define RXBUF 65536
 
@@ -324,13 +322,7 @@ int dlc_serve(dlc_switch *sw, int fd, double drop_rate, uint64_t seed, int use_g
     struct pollfd pfd = {.fd = fd, .events = POLLIN};
     for (;;) {
         if (__atomic_load_n(&sw->stopping, __ATOMIC_ACQUIRE)) break;
-        for (int i = 0; i < BATCH; i++) {
-            iovs[i].iov_base = bufs + (size_t)i * RXBUF; iovs[i].iov_len = RXBUF;
-            memset(&msgs[i].msg_hdr, 0, sizeof msgs[i].msg_hdr);
-            msgs[i].msg_hdr.msg_name = &addrs[i]; msgs[i].msg_hdr.msg_namelen = sizeof addrs[i];
-            msgs[i].msg_hdr.msg_iov = &iovs[i]; msgs[i].msg_hdr.msg_iovlen = 1;
-            if (gro) { msgs[i].msg_hdr.msg_control = ctrl[i]; msgs[i].msg_hdr.msg_controllen = sizeof ctrl[i]; }
-        }
+        dlc_rx_prepare(msgs, iovs, addrs, gro ? ctrl : NULL, bufs, RXBUF, BATCH);
         ctx->counters[C_recv_calls]++;
         int n = recvmmsg(fd, msgs, BATCH, MSG_DONTWAIT, NULL);
         if (n < 0) {
@@ -348,16 +340,7 @@ int dlc_serve(dlc_switch *sw, int fd, double drop_rate, uint64_t seed, int use_g
         for (int i = 0; i < n; i++) {
             uint32_t ip = ntohl(addrs[i].sin_addr.s_addr);
             uint16_t port = ntohs(addrs[i].sin_port);
-            size_t len = msgs[i].msg_len, seg = len;
-            if (gro) {
-                for (struct cmsghdr *c = CMSG_FIRSTHDR(&msgs[i].msg_hdr); c;
-                     c = CMSG_NXTHDR(&msgs[i].msg_hdr, c)) {
-                    if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
-                        int g; memcpy(&g, CMSG_DATA(c), sizeof g);
-                        if (g > 0) seg = (size_t)g;
-                    }
-                }
-            }
+            size_t len = msgs[i].msg_len, seg = dlc_gro_segment(&msgs[i].msg_hdr, len);
             uint8_t *base = bufs + (size_t)i * RXBUF;
             for (size_t off = 0; off < len; off += seg) {
                 size_t part = len - off < seg ? len - off : seg;

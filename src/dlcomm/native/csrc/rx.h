@@ -1,0 +1,47 @@
+/* Batched receives, as the switch's loop, the client's and the load generator's make them:
+ * recvmmsg's headers, and the segment size of a datagram the kernel handed over whole
+ * (UDP_GRO: a run of same-size datagrams from one sender in one buffer). */
+#ifndef DLC_RX_H
+#define DLC_RX_H
+
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+
+/* Headers for n buffers of `size` bytes from buf, each with its sender's address (addrs,
+ * or NULL) and room for a control message (ctrl, or NULL where GRO is off). */
+static inline void dlc_rx_prepare(struct mmsghdr *msgs, struct iovec *iovs,
+                                  struct sockaddr_in *addrs, char (*ctrl)[64], uint8_t *buf,
+                                  size_t size, int n) {
+    for (int i = 0; i < n; i++) {
+        iovs[i].iov_base = buf + (size_t)i * size; iovs[i].iov_len = size;
+        memset(&msgs[i].msg_hdr, 0, sizeof msgs[i].msg_hdr);
+        if (addrs) {
+            msgs[i].msg_hdr.msg_name = &addrs[i];
+            msgs[i].msg_hdr.msg_namelen = sizeof addrs[i];
+        }
+        msgs[i].msg_hdr.msg_iov = &iovs[i]; msgs[i].msg_hdr.msg_iovlen = 1;
+        if (ctrl) { msgs[i].msg_hdr.msg_control = ctrl[i]; msgs[i].msg_hdr.msg_controllen = 64; }
+    }
+}
+
+/* The size of the datagrams a received buffer of `len` bytes holds: the UDP_GRO segment
+ * size its control message gives, else the buffer is one datagram. */
+static inline size_t dlc_gro_segment(struct msghdr *m, size_t len) {
+    size_t seg = len;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(m); cm; cm = CMSG_NXTHDR(m, cm))
+        if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
+            int g;
+            memcpy(&g, CMSG_DATA(cm), sizeof g);
+            if (g > 0) seg = (size_t)g;
+        }
+    return seg;
+}
+
+#endif
