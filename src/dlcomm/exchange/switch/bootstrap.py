@@ -83,10 +83,13 @@ class Session:
         """Why the job broke, as a control connection heard it (a worker left, ...)."""
         return next((c.failure for c in self.controls if c.failure), None)
 
-    def close(self, leave: bool = True) -> None:
-        """Leave the job on every shard (``leave``) and close every socket."""
+    def close(self, leave: bool = True, sockets: bool = True) -> None:
+        """Leave the job on every shard (``leave``) and close every socket (the data
+        sockets only if ``sockets``: not while a thread that reads them still runs)."""
         for control in self.controls:
             control.close(leave=leave)
+        if not sockets:
+            return
         self.sock.close()
         if self.results is not None:
             self.results.close()

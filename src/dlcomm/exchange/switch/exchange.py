@@ -116,5 +116,5 @@ class SwitchExchange(Exchange):
         return super().stats()
 
     def close(self) -> None:
-        self.transport.close()
-        self.session.close(leave=True)
+        stopped = self.transport.close()
+        self.session.close(leave=True, sockets=stopped)

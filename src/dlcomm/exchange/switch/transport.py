@@ -11,10 +11,8 @@ sent and received is counted here, on dlcomm's own socket.
 
 from __future__ import annotations
 
-import math
 import queue
 import random
-import select
 import socket
 import threading
 import time
@@ -27,6 +25,7 @@ import torch
 
 from dlcomm.errors import ExchangeError
 from dlcomm.exchange.switch.native_ops import usable
+from dlcomm.exchange.switch.receiver import Receiver
 from dlcomm.exchange.switch.sparse_kernels import PYTHON, native_kernels
 from dlcomm.exchange.switch.sparse_window import SparseAllreduceOp
 from dlcomm.exchange.switch.window import AllreduceOp, RttEstimator, Send, Shard, Timing
@@ -86,16 +85,14 @@ class Transport:
                  client: str = "native", results: socket.socket | None = None) -> None:
         self.sock, self.rank, self.workers, self.k = sock, rank, workers, k
         # the worker's socket, and the results' own (bootstrap.Session.results) if any
-        self._readable = (sock,) if results is None else (sock, results)
-        self._poll = select.poll()
-        for s in self._readable:
-            self._poll.register(s, select.POLLIN)
+        self._receiver = Receiver(*((sock,) if results is None else (sock, results)))
         self.shards, self.timing = shards, timing
         self.seqs = [[0] * sh.slots for sh in shards]
         self.rtt = RttEstimator(timing)
         self.drop_rate = drop_rate
         self.rng = random.Random(seed * 7919 + rank)
         self.failure = failure
+        self._closing = threading.Event()
         self.stats = TransportStats()
         self.broken: ExchangeError | None = None
         self.native: NativeOps | None = None
@@ -121,11 +118,25 @@ class Transport:
             self._ops.put((request, fut))
         return fut
 
-    def close(self) -> None:
+    def close(self) -> bool:
+        """Stop the I/O thread: an op in flight fails at its next look at the control
+        channel (0.2 s at most). True if it stopped; if not, the sockets it reads must stay
+        open (their numbers could go to other sockets it would then read and write)."""
+        self._closing.set()
         self._ops.put(None)
         self._thread.join(timeout=10)
-        if self.native is not None and not self._thread.is_alive():
+        if self._thread.is_alive():
+            return False
+        if self.native is not None:
             self.native.close()
+        return True
+
+    def _failure(self) -> str | None:
+        """Why the op in flight must stop: the exchange was closed, or the control
+        channel's reason."""
+        if self._closing.is_set():
+            return "the switch exchange was closed with an all-reduce in flight"
+        return self.failure()
 
     # -- the I/O thread ------------------------------------------------------------------
     def _send(self, sends: list[Send]) -> None:
@@ -149,6 +160,8 @@ class Transport:
             if item is None:
                 return
             request, fut = item
+            if self._closing.is_set() and self.broken is None:
+                self.broken = ExchangeError(self._failure() or "closed")
             if self.broken is not None:
                 _fail(fut, self.broken)
                 continue
@@ -186,7 +199,7 @@ class Transport:
     def _run_native(self, request: Request, data: np.ndarray) -> Finished:
         assert self.native is not None
         t0 = time.perf_counter()
-        moved = self.native.run(data, self.seqs, self.failure, self._control_failure,
+        moved = self.native.run(data, self.seqs, self._failure, self._control_failure,
                                 request.block if request.sparse else 0, request.presence)
         st = self.stats
         st.packets_sent += moved["packets_sent"]
@@ -207,22 +220,6 @@ class Transport:
                             self.native.union_blocks())
         return Finished(flat, data, False)
 
-    def _receive(self, buf: bytearray, timeout: float) -> tuple[int, tuple[str, int]]:
-        """One datagram from the worker's socket or the results' (TimeoutError if none
-        came within ``timeout``). Reads never block and never set a socket's timeout, so a
-        send waits for room in the socket's buffer (as the native loop polls for it) rather
-        than failing the job when a slow link holds the buffer full longer than a receive
-        would have waited."""
-        for waited in (False, True):  # the worker's socket first, as the native loop
-            for s in self._readable:
-                try:
-                    return s.recvfrom_into(buf, 0, socket.MSG_DONTWAIT)
-                except BlockingIOError:
-                    pass
-            if waited or not self._poll.poll(max(1, math.ceil(timeout * 1000))):
-                break
-        raise TimeoutError
-
     def _run_op(self, request: Request, view: memoryview, buf: bytearray) -> Finished:
         flat = request.flat
         data = flat.detach().numpy() if flat.is_contiguous() else flat.contiguous().numpy()
@@ -241,7 +238,7 @@ class Transport:
             now = time.monotonic()
             if now >= next_check:  # a dead peer or switch, reported on the control channel
                 next_check = now + 0.2
-                failure = self.failure()
+                failure = self._failure()
                 if failure:
                     raise ExchangeError(failure)
             wait = op.next_deadline() - now
@@ -249,7 +246,7 @@ class Transport:
                 self._send(op.on_timeout(now))
                 continue
             try:
-                n, src = self._receive(buf, min(wait, 0.1))
+                n, src = self._receiver.receive(buf, min(wait, 0.1))
             except TimeoutError:
                 continue
             if self.drop_rate and self.rng.random() < self.drop_rate:

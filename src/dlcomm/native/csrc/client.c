@@ -240,12 +240,14 @@ static void dequantize_into(float *restrict out, const int32_t *restrict t, size
 /* -- sending ---------------------------------------------------------------------------- */
 static int flush(dlc_client *c);
 
+/* Queue an output. The loop sends the queue as soon as it is full, this output included:
+ * flushing resets the scratch space, so no queued output may point into it afterwards. */
 static void push(dlc_client *c, const cl_shard *s, uint8_t *buf, size_t len) {
-    if (c->nouts >= CL_MAX_OUTS && c->fd >= 0) flush(c);   /* the loop: send what is ready */
-    if (c->nouts >= CL_MAX_OUTS) return;
+    if (c->nouts >= CL_MAX_OUTS) return;   /* the pure machine: the caller takes outputs */
     dlc_out *o = &c->outs[c->nouts++];
     o->ip = s->ip; o->port = s->port; o->niov = 1;
     o->iov[0].iov_base = buf; o->iov[0].iov_len = len;
+    if (c->nouts >= CL_MAX_OUTS && c->fd >= 0) flush(c);
 }
 
 /* Seal buf (header room, body) into out (== buf but in mode encrypted, whose ciphertext
@@ -752,12 +754,12 @@ static int drain(dlc_client *c, int fd) {
  * failed. The caller checks its control channel between slices. Datagrams come on the
  * worker's socket and, where the job's results come to a group of their own, on that one. */
 int dlc_client_run(dlc_client *c, double slice_s) {
-    int one = 1, zero = 0, fds[2] = {c->fd, c->rfd}, nfds = c->rfd >= 0 ? 2 : 1;
-    /* results of a batch arrive whole (UDP_GRO) while this op runs; a Python op on the same
-     * socket (sparse rounds) reads plain datagrams */
-    int gro[2] = {0, 0};
+    int one = 1, fds[2] = {c->fd, c->rfd}, nfds = c->rfd >= 0 ? 2 : 1;
+    /* results of a batch arrive whole (UDP_GRO). It stays on after the op: a batch already
+     * queued whole would stay whole if it were turned off, so a Python op on the same
+     * socket (sparse rounds with a threshold) cuts batches itself (switch/receiver.py) */
     for (int f = 0; f < nfds; f++)
-        gro[f] = c->gso && setsockopt(fds[f], SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
+        if (c->gso) setsockopt(fds[f], SOL_UDP, UDP_GRO, &one, sizeof one);
     double until = dlc_now() + slice_s;
     int r = flush(c), state = 0;
     while (r >= 0) {
@@ -778,13 +780,15 @@ int dlc_client_run(dlc_client *c, double slice_s) {
             struct pollfd pfd[2] = {{.fd = fds[0], .events = POLLIN},
                                     {.fd = fds[1], .events = POLLIN}};
             int ms = (int)ceil(wait * 1000);
-            poll(pfd, (nfds_t)nfds, ms < 1 ? 1 : ms);
+            if (poll(pfd, (nfds_t)nfds, ms < 1 ? 1 : ms) > 0 &&
+                ((pfd[0].revents | (nfds > 1 ? pfd[1].revents : 0)) & POLLNVAL)) {
+                r = -EBADF;   /* a socket was closed under the op: never spin on it */
+                break;
+            }
             continue;
         }
         r = flush(c);
     }
-    for (int f = 0; f < nfds; f++)
-        if (gro[f]) setsockopt(fds[f], SOL_UDP, UDP_GRO, &zero, sizeof zero);
     return r < 0 ? r : state;
 }
 
