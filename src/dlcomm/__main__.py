@@ -5,6 +5,6 @@ from dlcomm.runtime.processes import die_with_parent
 
 die_with_parent()
 
-from dlcomm.cli import main  # noqa: E402  (after die_with_parent, on purpose)
+from dlcomm.entry import main  # noqa: E402  (after die_with_parent, on purpose)
 
 raise SystemExit(main())

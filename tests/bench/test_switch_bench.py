@@ -38,3 +38,36 @@ def test_the_command_writes_json_and_a_plot_and_refuses_bad_payloads(tmp_path):
     res = run_dlcomm("bench", "switch", "--payloads", "3KB", tmp=tmp_path)
     assert res.returncode != 0
     assert res.stderr.strip() == "dlcomm: error: --payloads takes 1KB, 8KB, 64KB, got '3KB'"
+
+
+def test_sigterm_stops_the_switch_and_leaves_no_files(tmp_path):
+    """A SIGTERM while a row runs unwinds like Ctrl-C: the switch process stops and its
+    job directory (logs, counters) goes."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    from tests.conftest import dlcomm_cmd
+
+    work = tmp_path / "tmp"
+    work.mkdir()
+    proc = subprocess.Popen(dlcomm_cmd("bench", "switch", "--workers", "2", "--payloads", "1KB",
+                                       "--threads", "1", "--dataplanes", "native,python",
+                                       "--seconds", "2", "--json", str(tmp_path / "s.json")),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(work)})
+    deadline = time.monotonic() + 60
+    while not any(work.iterdir()) and time.monotonic() < deadline:   # the switch is up
+        time.sleep(0.05)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert children
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=60)[1].strip()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert err.splitlines()[-1] == "dlcomm: error: interrupted by SIGTERM; all workers stopped"
+    assert not any(work.iterdir()) and not (tmp_path / "s.json").exists()
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]

@@ -58,7 +58,7 @@ def advise_cmd(workload: str | None, model_target: str | None, workers: int, ban
     from dlcomm.results import check_writable, write_json
 
     check_writable(json_path)
-    check_writable(plot_path)
+    check_writable(plot_path, "--plot")
     if measure and calibration_path:
         raise ConfigError("--measure and --calibration both name the constants: take one")
     constants = load_constants(calibration_path) if calibration_path else None

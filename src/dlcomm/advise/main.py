@@ -86,12 +86,31 @@ def trainable_profile(spec: str, batch_size: int | None, workers: int) -> JobPro
     return fitted_to_step(profile, step)
 
 
-def _profile(workload: str | None, model_target: str | None, workers: int,
-             accelerator: str | None, batch_size: int | None
-             ) -> tuple[JobProfile, str, bool]:
-    """(profile, kind, measured-on-this-CPU)."""
-    if (workload is None) == (model_target is None):
+def check_job(workload: str | None, model_target: str | None) -> Any:
+    """Fail at once on a job named twice, not at all, or by an unknown workload; a user's
+    model is imported and built now (``load_user_model``'s one-line errors), before any
+    measuring: returns its (model, batch), or None."""
+    if workload is not None and model_target is not None:
+        raise ConfigError("name the job once: --workload NAME or --model "
+                          "package.module:function, not both")
+    if workload is None and model_target is None:
         raise ConfigError("name the job: --workload NAME or --model package.module:function")
+    if workload is not None:
+        from dlcomm.workloads import WORKLOADS
+        name = parse_spec(workload).name
+        if name not in MODELS and name not in WORKLOADS.names():
+            raise ConfigError(f"unknown workload {name!r} (trainable: "
+                              f"{', '.join(WORKLOADS.names())}; catalog models: "
+                              f"{', '.join(sorted(MODELS))})")
+        return None
+    assert model_target is not None
+    return load_user_model(model_target)
+
+
+def _profile(workload: str | None, model_target: str | None, workers: int,
+             accelerator: str | None, batch_size: int | None, user: Any = None
+             ) -> tuple[JobProfile, str, bool]:
+    """(profile, kind, measured-on-this-CPU); ``user``: the user's (model, batch)."""
     if workload is not None and parse_spec(workload).name in MODELS:
         name = parse_spec(workload).name
         batch = batch_size or get_model(name).default_batch
@@ -101,7 +120,7 @@ def _profile(workload: str | None, model_target: str | None, workers: int,
         kind = "trainable"
     else:
         assert model_target is not None
-        model, batch = load_user_model(model_target)
+        model, batch = user if user is not None else load_user_model(model_target)
         with _threads(workers):
             profile = measure_profile(model_target, model, batch)
         kind = "user"
@@ -148,6 +167,7 @@ def run_advise(workload: str | None, model_target: str | None, workers: int, ban
     model's ``constants`` are the reference machine's unless given, or measured here."""
     link_bps = parse_rate(bandwidth)
     Cluster(workers, link_bps)  # bad numbers fail now, not after minutes of measuring
+    user = check_job(workload, model_target)
     if host_speedup is not None and verify_top:
         raise ConfigError("--verify runs on this machine's CPU: drop --host-speedup")
     lag = None
@@ -176,7 +196,8 @@ def run_advise(workload: str | None, model_target: str | None, workers: int, ban
         # the emulation's K must fit this machine: its capacity, measured as emulate does
         constants = with_capacity(constants or Constants(), workers, progress)
     progress("profiling the job")
-    profile, kind, here = _profile(workload, model_target, workers, accelerator, batch_size)
+    profile, kind, here = _profile(workload, model_target, workers, accelerator, batch_size,
+                                   user)
     profile = replace(profile, emulated_s=compute_ms / 1e3)
     k = constants or Constants()
     dilation = emulation_dilation(link_bps, workers, k) if kind == "catalog" else None

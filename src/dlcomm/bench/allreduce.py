@@ -68,6 +68,8 @@ class AllreduceBench:
                               f"got {self.pattern!r}")
         if self.block < 1:
             raise ConfigError(f"--block must be >= 1, got {self.block}")
+        if not 0 < self.timeout_s < float("inf"):
+            raise ConfigError(f"--timeout-s must be a finite number > 0, got {self.timeout_s}")
 
     @property
     def numel(self) -> int:

@@ -10,6 +10,9 @@ from dlcomm.errors import ConfigError
 
 __all__ = ["switch_cmd"]
 
+MAX_SECONDS = 60       # per row; the load generator's C call is not interruptible sooner
+MAX_LOAD_WORKERS = 64  # csrc/loadgen.c
+
 
 def _ints(text: str, what: str) -> list[int]:
     try:
@@ -52,8 +55,12 @@ def switch_cmd(workers: str, payloads: str, threads: str, dataplanes: str, secon
     planes = [d.strip() for d in dataplanes.split(",") if d.strip()]
     if not planes or set(planes) - {"native", "python"}:
         raise ConfigError(f"--dataplanes takes native and python, got {dataplanes!r}")
-    if seconds <= 0:
-        raise ConfigError(f"--seconds must be > 0, got {seconds}")
+    if not 0 < seconds <= MAX_SECONDS:
+        raise ConfigError(f"--seconds must be in (0, {MAX_SECONDS}], got {seconds}")
+    counts = _ints(workers, "--workers")
+    if max(counts) > MAX_LOAD_WORKERS:
+        raise ConfigError(f"--workers: the load generator plays at most {MAX_LOAD_WORKERS} "
+                          f"workers, got {max(counts)}")
     load()   # the load generator is native: a clear error if it was not built
     variants = [("native", t) for t in _ints(threads, "--threads") if "native" in planes]
     variants += [("python", 1)] if "python" in planes else []
@@ -65,7 +72,7 @@ def switch_cmd(workers: str, payloads: str, threads: str, dataplanes: str, secon
                       f"{row['input_gbps_per_core'] or 0:.2f} per core, "
                       f"{row['packets_per_s']:,} pkt/s")
 
-    result = measure_switch(variants, _ints(workers, "--workers"), names, seconds, auth,
+    result = measure_switch(variants, counts, names, seconds, auth,
                             not no_gso, progress)
     if json_path:
         write_json(json_path, result)

@@ -196,6 +196,10 @@ def saved_cluster(name: str) -> Cluster:
     return Cluster(plan)
 
 
-def forget_cluster(name: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
+def forget_cluster(name: str) -> bool:
+    """Drop the saved state of cluster ``name``; whether there was one."""
+    try:
         _state_file(name).unlink()
+    except FileNotFoundError:
+        return False
+    return True

@@ -40,13 +40,17 @@ def cluster_down(name: str | None) -> None:
         remove_namespaces,
         require_root,
     )
-    from dlcomm.emulate.plan import PREFIX
+    from dlcomm.emulate.plan import PREFIX, check_cluster_name
+    from dlcomm.errors import ConfigError
 
+    if name is not None:
+        check_cluster_name(name)
     require_root()
     found = list_namespaces()
     if name:
         found = [ns for ns in found if ns.startswith(f"{PREFIX}{name}-")]
-        forget_cluster(name)
+        if not forget_cluster(name) and not found:
+            raise ConfigError(f"no emulated cluster {name!r} (see `dlcomm cluster status`)")
     else:
         from dlcomm.emulate.cluster import STATE_DIR
         for state in STATE_DIR.glob("*.json") if STATE_DIR.is_dir() else []:

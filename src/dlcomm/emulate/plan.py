@@ -39,6 +39,12 @@ REASSEMBLY_BYTES = 256 << 20
 _NAME_RE = re.compile(r"[a-z0-9]{1,12}")
 
 
+def check_cluster_name(name: str) -> str:
+    if not _NAME_RE.fullmatch(name):
+        raise ConfigError(f"cluster name {name!r} must be 1-12 of [a-z0-9]")
+    return name
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     """What the user asks for."""
@@ -50,8 +56,7 @@ class ClusterSpec:
     mtu: int = 9000            # every interface: jumbo frames, as training networks use
 
     def __post_init__(self) -> None:
-        if not _NAME_RE.fullmatch(self.name):
-            raise ConfigError(f"cluster name {self.name!r} must be 1-12 of [a-z0-9]")
+        check_cluster_name(self.name)
         if not 1 <= self.hosts <= MAX_HOSTS:
             raise ConfigError(f"an emulated cluster has 1..{MAX_HOSTS} hosts, got {self.hosts}")
         if not self.rate_bps >= 1e5:

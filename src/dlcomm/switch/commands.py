@@ -72,8 +72,10 @@ def switch_serve(bind: str, slots: int, max_k: int | None, drop_rate: float, see
                  token_file: str | None, metrics: str | None, stats_file: str | None,
                  quiet: bool, dataplane: str, threads: int, **limits: int) -> None:
     """Run the switch until SIGINT/SIGTERM (a fatal error: one line, exit code 1)."""
+    from dlcomm.results import check_writable
     from dlcomm.switch.daemon import serve
 
+    check_writable(stats_file, "--stats-file")
     serve(bind, slots, max_k, drop_rate, seed, job_timeout_s, cert, key, token_file,
           metrics, stats_file, quiet, limits, dataplane, threads)
 

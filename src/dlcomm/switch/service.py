@@ -24,6 +24,7 @@ from typing import Any
 from dlcomm.errors import DlcommError
 from dlcomm.runtime.jobdir import job_directory
 from dlcomm.runtime.processes import spawn, stop
+from dlcomm.runtime.signals import interrupts_ignored, interrupts_raised
 from dlcomm.switch.daemon import LISTENING
 from dlcomm.switch.security import needs_token
 
@@ -97,7 +98,8 @@ def running_switches(host: str, count: int = 1, prefix: Sequence[str] = (),
     stops (the parent may not be able to reach an emulated switch over the network).
     """
     service = SwitchService()
-    with job_directory("switch") as tmp:
+    # SIGTERM/SIGHUP as well as SIGINT unwind this block: the switches stop, the logs go
+    with interrupts_raised(), job_directory("switch") as tmp:
         if needs_token(host):  # beyond loopback (an emulated core): an admin token
             service.token_file = tmp / "admin.token"
             extra_args = (*extra_args, "--token-file", str(service.token_file))
@@ -117,7 +119,8 @@ def running_switches(host: str, count: int = 1, prefix: Sequence[str] = (),
                 service.fingerprints.append(fingerprint)
             yield service
         finally:
-            stop(service.procs, grace_s=5.0)
+            with interrupts_ignored():
+                stop(service.procs, grace_s=5.0)
             for stats_file in service.stats_files:
                 with contextlib.suppress(OSError, ValueError):
                     service.final_stats.append(json.loads(stats_file.read_text()))

@@ -57,8 +57,8 @@ class TrainConfig:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
         if self.lr is not None and not self.lr > 0:
             raise ConfigError(f"--lr must be > 0, got {self.lr}")
-        if not self.timeout_s > 0:
-            raise ConfigError(f"--timeout-s must be > 0, got {self.timeout_s}")
+        if not 0 < self.timeout_s < float("inf"):
+            raise ConfigError(f"--timeout-s must be a finite number > 0, got {self.timeout_s}")
         if not 0 <= self.master_port <= 65535:
             raise ConfigError(f"--master-port must be in 0..65535, got {self.master_port}")
         if self.eval_every < 0 or self.threads < 0:
