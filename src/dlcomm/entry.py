@@ -4,6 +4,7 @@ like one at any later moment, not a traceback."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 __all__ = ["main"]
@@ -14,5 +15,11 @@ def main() -> int:
         from dlcomm.cli import main as run
     except KeyboardInterrupt:
         print("dlcomm: error: interrupted", file=sys.stderr)
-        return 130
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # not a return: an interrupt inside code that a library ran through PyRun_String
+        # (torch does, while it loads) leaves CPython's "unhandled KeyboardInterrupt" flag
+        # set, and the interpreter would then end itself by SIGINT instead of exiting 130.
+        # Nothing was started yet that needs cleaning up.
+        os._exit(130)
     return run()
