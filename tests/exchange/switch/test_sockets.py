@@ -258,3 +258,68 @@ def test_serve_bad_bind():
                               f"127.0.0.1:{taken}"], capture_output=True, text=True, timeout=30)
         udp.close()
     assert res.returncode == 2 and "cannot listen on" in res.stderr
+
+
+def _worker_udp_ports() -> set[int]:
+    import psutil
+
+    ports = set()
+    for proc in psutil.process_iter(["cmdline"]):
+        if any("switch_worker.py" in part for part in proc.info["cmdline"] or ()):
+            try:
+                ports |= {c.laddr.port for c in proc.net_connections(kind="udp")}
+            except psutil.Error:
+                pass
+    return ports
+
+
+@pytest.mark.parametrize("client", ["native", "python"])
+def test_junk_batches_at_the_workers_do_not_disturb_a_job(switch, client):
+    """A neighbour on the host sends the workers' UDP sockets (their own and the group's)
+    GSO batches of junk and of header-shaped forgeries, with odd segment sizes and short
+    last segments, while they all-reduce: the batches arrive whole (GRO) and are cut and
+    refused, and the sums stay exact."""
+    import random
+    import threading
+
+    from dlcomm.wire.packet import RESULT, SWITCH_RANK, Header, encode
+
+    udp_segment = getattr(socket, "UDP_SEGMENT", 103)
+    NUMEL = 4_000_000  # noqa: N806
+    clean = run_ranks(spec(switch, client=client), "sum", seed=7, numel=NUMEL)
+    stop, hits = threading.Event(), []
+
+    def blast() -> None:
+        rng = random.Random(3)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+            while not stop.is_set():
+                for port in _worker_udp_ports():
+                    seg = rng.choice([1, 7, 33, 500, 1400, 4096, 8000])
+                    count = rng.randint(1, min(8, 64_000 // seg))
+                    if rng.random() < 0.5:
+                        body = os.urandom(seg * count - rng.randint(0, seg - 1))
+                    else:
+                        hdr = Header(RESULT, rng.randint(0, 8), SWITCH_RANK, rng.randint(0, 3),
+                                     1000, rng.randint(0, 40), 0, 20, rng.getrandbits(64))
+                        one = (encode(hdr, os.urandom(max(0, seg - 32))) + os.urandom(16))[:seg]
+                        body = one * count
+                    try:
+                        tx.setsockopt(socket.SOL_UDP, udp_segment, seg)
+                        tx.sendto(body, ("127.0.0.1", port))
+                        hits.append(port)
+                    except OSError:
+                        pass
+                time.sleep(0.002)
+
+    attacker = threading.Thread(target=blast)
+    attacker.start()
+    try:
+        attacked = run_ranks(spec(switch, client=client), "sum", seed=7, numel=NUMEL)
+    finally:
+        stop.set()
+        attacker.join()
+    failed = [o.get("error") for o in attacked if "checksum" not in o]
+    assert not failed, failed
+    assert {o["checksum"] for o in attacked} == {clean[0]["checksum"]}
+    assert len(hits) > 100
+    assert sum(o["stats"]["refused"] for o in attacked) > 0   # junk reached the ops
