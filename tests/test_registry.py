@@ -51,3 +51,10 @@ def test_registry_unknown_name_lists_known():
     assert list(reg) == ["a", "b"] and "a" in reg and reg.doc("b") == "second"
     with pytest.raises(ValueError, match="twice"):
         reg.register("a")(lambda: 3)
+
+
+@pytest.mark.parametrize("bad", ["10", " 2.5 ", "fast", "-1gbit", ""])
+def test_parse_rate_wants_a_unit(bad):
+    with pytest.raises(ConfigError, match="no unit|bad rate"):
+        parse_rate(bad)
+    assert parse_rate("10bit") == 10 and parse_rate("2.5g") == 2.5e9

@@ -119,6 +119,9 @@ def parse_rate(text: str) -> float:
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(bit|bps)?\s*", text.lower())
     if not m:
         raise ConfigError(f"bad rate {text!r} (examples: 100mbit, 1gbit, 10gbit)")
+    if not m.group(2) and not m.group(3):  # "10": 10 bit/s is never what was meant
+        raise ConfigError(f"rate {text!r} has no unit (examples: 100mbit, 1gbit, 10gbit; "
+                          f"{text.strip()}bit for bits per second)")
     return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[m.group(2)]
 
 

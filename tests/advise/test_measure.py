@@ -77,7 +77,7 @@ def test_a_calibration_file_round_trips_and_bad_ones_are_one_line(tmp_path):
                           ('{"ring_alpha_s": -1}', "finite number >= 0"),
                           ('{"ring_efficiency": 1.5}', r"in \(0, 1\]"),
                           ('{"ring_rate_bps": "fast"}', "finite number > 0"),
-                          ("[1]", "holds no constants")):
+                          ("[1]", "holds no constants"), ("{}", "holds no constants")):
         bad = tmp_path / "bad.json"
         bad.write_text(text)
         with pytest.raises(ConfigError, match=message):

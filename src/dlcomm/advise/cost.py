@@ -138,7 +138,7 @@ def load_constants(path: str) -> Constants:
     if isinstance(data, dict) and isinstance(data.get("config"), dict) and \
             "constants" in data["config"]:
         data = data["config"]["constants"]
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or not set(data) - {"source"}:
         raise ConfigError(f"--calibration: {path} holds no constants")
     return Constants.from_dict(data, path)
 
