@@ -53,7 +53,7 @@ def measure_method(spec: str, workers: int, over: str,
     native = over == "ring"
     times, wire, rounds = [], 0, 2  # an all-gather: the sizes, then the payloads
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0, untimed = time.perf_counter(), 0.0
         if compressor.summable:
             wire, rounds = _summable_wire(compressor, flat.clone(), sizes if shapes else [],
                                           native)
@@ -61,12 +61,13 @@ def measure_method(spec: str, workers: int, over: str,
             payload, ctx = compressor.compress(flat.clone(), "bucket")
             t1 = time.perf_counter()
             total = torch.zeros_like(flat)
-            peers = min(workers, MAX_PEERS_TIMED)  # the rest costs the same per peer
+            peers = min(workers, MAX_PEERS_TIMED)
             for _ in range(peers):
                 total += compressor.decompress(payload, ctx)
+            # the other peers' payloads cost as much each
+            untimed = (time.perf_counter() - t1) * (workers - peers) / peers
             wire = wire_bytes(compressor, payload, workers, native)
-            t0 -= (time.perf_counter() - t1) * (workers / peers - 1)
-        times.append(time.perf_counter() - t0)
+        times.append(time.perf_counter() - t0 + untimed)
     inner = over if compressor.summable else "ring"  # an all-gather goes through gloo
     return Candidate(inner, spec, wire / (4 * elements), compressor.summable,
                      32 * elements / statistics.median(times), rounds=rounds)

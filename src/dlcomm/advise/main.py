@@ -86,7 +86,8 @@ def trainable_profile(spec: str, batch_size: int | None, workers: int) -> JobPro
     return fitted_to_step(profile, step)
 
 
-def check_job(workload: str | None, model_target: str | None) -> Any:
+def check_job(workload: str | None, model_target: str | None
+              ) -> tuple[torch.nn.Module, Any] | None:
     """Fail at once on a job named twice, not at all, or by an unknown workload; a user's
     model is imported and built now (``load_user_model``'s one-line errors), before any
     measuring: returns its (model, batch), or None."""
@@ -108,9 +109,10 @@ def check_job(workload: str | None, model_target: str | None) -> Any:
 
 
 def _profile(workload: str | None, model_target: str | None, workers: int,
-             accelerator: str | None, batch_size: int | None, user: Any = None
-             ) -> tuple[JobProfile, str, bool]:
-    """(profile, kind, measured-on-this-CPU); ``user``: the user's (model, batch)."""
+             accelerator: str | None, batch_size: int | None,
+             user: tuple[torch.nn.Module, Any] | None) -> tuple[JobProfile, str, bool]:
+    """(profile, kind, measured-on-this-CPU); ``user``: the user's (model, batch), which
+    :func:`check_job` loaded."""
     if workload is not None and parse_spec(workload).name in MODELS:
         name = parse_spec(workload).name
         batch = batch_size or get_model(name).default_batch
@@ -119,8 +121,8 @@ def _profile(workload: str | None, model_target: str | None, workers: int,
         profile = trainable_profile(workload, batch_size, workers)
         kind = "trainable"
     else:
-        assert model_target is not None
-        model, batch = user if user is not None else load_user_model(model_target)
+        assert model_target is not None and user is not None
+        model, batch = user
         with _threads(workers):
             profile = measure_profile(model_target, model, batch)
         kind = "user"

@@ -106,20 +106,20 @@ def test_workers_of_one_host_take_each_result_from_their_group(switch, client):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
 def test_another_user_cannot_bind_the_port_results_come_to():
-    """The results socket of workers that share a host (bootstrap._results_socket) shares its
+    """The results socket of workers that share a host (bootstrap._common_socket) shares its
     port with its own user's processes only: another user of the host can bind it neither
     alongside (SO_REUSEPORT, SO_REUSEADDR) nor on the group's address, so it cannot read the
     results (in clear in mode ``authenticated``)."""
-    from dlcomm.exchange.switch.bootstrap import _results_socket
+    from dlcomm.exchange.switch.bootstrap import _common_socket
 
     sock = None
     for port in range(47000, 47100):
-        sock = _results_socket(port)
+        sock = _common_socket(port, shared=True)
         if sock is not None:
             break
     assert sock is not None
     try:
-        same = _results_socket(port)   # a worker of the same user, alongside
+        same = _common_socket(port, shared=True)   # a worker of the same user, alongside
         assert same is not None
         same.close()
         child = os.fork()

@@ -48,6 +48,7 @@ from dlcomm.exchange.switch.window import Shard
 from dlcomm.runtime.placement import HOST_ADDR_ENV
 from dlcomm.sockets import set_buffers
 from dlcomm.switch.client import Address, ControlClient
+from dlcomm.switch.groups import is_loopback
 from dlcomm.wire.auth import AUTH_MODES, JobKeys
 from dlcomm.wire.channel import Channel
 from dlcomm.wire.packet import (
@@ -117,14 +118,16 @@ def _broadcast_from_first(ctx: ExchangeContext, value: Any) -> Any:
     return _objects(ctx).broadcast_from_first(value)
 
 
-def _results_socket(port: int) -> socket.socket | None:
-    """A socket on the common ``port`` that several workers of one host bind side by side,
-    for the groups it joins only; None if the port is taken here. ``SO_REUSEPORT`` (each
-    socket of the port still gets every group datagram) lets only processes of the same
-    user share the port, so another user of the host cannot bind it and read the results."""
+def _common_socket(port: int, shared: bool) -> socket.socket | None:
+    """A socket on the job's common ``port`` on all interfaces, for the groups it joins
+    only; None if the port is taken here. ``shared``: several workers of this host bind it
+    side by side, for results only, with ``SO_REUSEPORT`` (each socket of the port still
+    gets every group datagram), which lets only processes of the same user share the port:
+    another user of the host cannot bind it and read the results."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if shared:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.setsockopt(socket.IPPROTO_IP, IP_MULTICAST_ALL, 0)
         set_buffers(sock)
         sock.bind(("0.0.0.0", port))
@@ -135,31 +138,24 @@ def _results_socket(port: int) -> socket.socket | None:
 
 
 def _bind(session: Session, ctx: ExchangeContext, multicast: bool) -> None:
-    """Bind the data socket; one common port on every host if results can be multicast
-    (the data socket's, or with several workers on a host, a results socket's)."""
+    """Bind the data socket; one common port on every host if results can be multicast:
+    the data socket's, or with several workers on a host (loopback included), a results
+    socket's beside it. Workers on loopback addresses of hosts of their own get no group."""
     hosts = _all_gather(ctx, session.host)
-    if multicast and len(set(hosts)) < len(hosts):
+    shared = len(set(hosts)) < len(hosts)
+    if multicast and (shared or not any(is_loopback(h) for h in hosts)):
         port = _broadcast_from_first(ctx, random.randint(30000, 59999))
-        session.results = _results_socket(port)
-        if all(_all_gather(ctx, session.results is not None)):
+        common = _common_socket(port, shared)
+        if all(_all_gather(ctx, common is not None)):
+            assert common is not None
             session.multicast_port = port
-        elif session.results is not None:
-            session.results.close()
-            session.results = None
-    elif multicast and not any(h.startswith("127.") for h in hosts):
-        port = _broadcast_from_first(ctx, random.randint(30000, 59999))
-        try:
-            session.sock.setsockopt(socket.IPPROTO_IP, IP_MULTICAST_ALL, 0)
-            session.sock.bind(("0.0.0.0", port))
-            ok = True
-        except OSError:
-            ok = False
-        if all(_all_gather(ctx, ok)):
-            session.multicast_port = port
-            set_buffers(session.sock)
-            return
-        session.sock.close()
-        session.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            if not shared:  # the worker's own socket listens on the common port
+                session.sock.close()
+                session.sock = common
+                return
+            session.results = common
+        elif common is not None:
+            common.close()
     set_buffers(session.sock)
     session.sock.bind((session.host, 0))
 

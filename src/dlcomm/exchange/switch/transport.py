@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Transport", "TransportStats", "Request", "Finished"]
 
+CLOSED = "the switch exchange was closed with an all-reduce in flight"
+
 
 @dataclass(frozen=True)
 class Request:
@@ -134,9 +136,7 @@ class Transport:
     def _failure(self) -> str | None:
         """Why the op in flight must stop: the exchange was closed, or the control
         channel's reason."""
-        if self._closing.is_set():
-            return "the switch exchange was closed with an all-reduce in flight"
-        return self.failure()
+        return CLOSED if self._closing.is_set() else self.failure()
 
     # -- the I/O thread ------------------------------------------------------------------
     def _send(self, sends: list[Send]) -> None:
@@ -161,7 +161,7 @@ class Transport:
                 return
             request, fut = item
             if self._closing.is_set() and self.broken is None:
-                self.broken = ExchangeError(self._failure() or "closed")
+                self.broken = ExchangeError(CLOSED)
             if self.broken is not None:
                 _fail(fut, self.broken)
                 continue

@@ -46,6 +46,7 @@ typedef struct {
 typedef struct {
     int fd, rank, workers, k, auth, nshards, gso; int32_t limit; int log2n;
     int rfd;          /* results' own socket (a group shared by workers of one host), or -1 */
+    int gro_on;       /* UDP_GRO set on fd (and rfd): once, it stays on */
     size_t gso_max;   /* segments of this size or more exceeded the path's frame: no GSO */
     double init_to, min_to, max_to, deadline_s, drop_rate; uint64_t rng;
     cl_shard shards[MAX_SHARDS];
@@ -392,7 +393,7 @@ int dlc_client_begin(dlc_client *c, const float *data, float *out, size_t n, dou
 
 /* Segmentation offload on (1) or off (0): one datagram per send and receive. */
 void dlc_client_set_gso(dlc_client *c, int on) { c->gso = on; }
-void dlc_client_set_results_fd(dlc_client *c, int fd) { c->rfd = fd; }
+void dlc_client_set_results_fd(dlc_client *c, int fd) { c->rfd = fd; c->gro_on = 0; }
 
 void dlc_client_allow_skew(dlc_client *c, double seconds) {
     for (int i = 0; i < c->npos; i++) c->pos[i].deadline += seconds;
@@ -758,8 +759,10 @@ int dlc_client_run(dlc_client *c, double slice_s) {
     /* results of a batch arrive whole (UDP_GRO). It stays on after the op: a batch already
      * queued whole would stay whole if it were turned off, so a Python op on the same
      * socket (sparse rounds with a threshold) cuts batches itself (switch/receiver.py) */
-    for (int f = 0; f < nfds; f++)
-        if (c->gso) setsockopt(fds[f], SOL_UDP, UDP_GRO, &one, sizeof one);
+    if (c->gso && !c->gro_on) {
+        for (int f = 0; f < nfds; f++) setsockopt(fds[f], SOL_UDP, UDP_GRO, &one, sizeof one);
+        c->gro_on = 1;
+    }
     double until = dlc_now() + slice_s;
     int r = flush(c), state = 0;
     while (r >= 0) {
