@@ -20,11 +20,12 @@ import numpy as np
 from dlcomm.native.lib import load, offload, u8p, u64p
 from dlcomm.native.switch import ip_int, outputs_of
 
-__all__ = ["Client", "ShardKeys", "ClientError", "WINDOW_BYTES", "MAX_SHARDS", "E_PLAN"]
+__all__ = ["Client", "ShardKeys", "ClientError", "WINDOW_BYTES", "MAX_SHARDS", "E_PLAN",
+           "E_SOCKET"]
 
 WINDOW_BYTES = 4096 // 8
 MAX_SHARDS = 16
-E_NONE, E_SWITCH, E_NONFINITE, E_STUCK, E_NO_ANSWER, E_PLAN = range(6)
+E_NONE, E_SWITCH, E_NONFINITE, E_STUCK, E_NO_ANSWER, E_PLAN, E_SOCKET = range(7)
 _STATS = ("packets_sent", "bytes_sent", "packets_received", "bytes_received",
           "retransmissions", "probes", "rejected", "drops_injected")
 _OUT_CAP = 1 << 22
@@ -85,10 +86,11 @@ class ShardKeys:
 class ClientError:
     """Why an op failed, in the terms window.py formats (exchange/switch/window.py)."""
 
-    kind: int            # E_SWITCH, E_NONFINITE, E_STUCK, E_NO_ANSWER, E_PLAN
+    kind: int            # E_SWITCH, E_NONFINITE, E_STUCK, E_NO_ANSWER, E_PLAN, E_SOCKET
     shard: int
     text: bytes          # E_SWITCH: the ERROR's payload; E_PLAN: what was wrong
-    element: int         # E_NONFINITE: this worker's first non-finite element (-1: none)
+    element: int         # E_NONFINITE: this worker's first non-finite element (-1: none);
+                         # E_SOCKET: the errno of the send (or EBADF: a socket closed)
     missing: list[int]   # E_STUCK: the ranks the switch waits for
     slot: int
     seq: int
@@ -198,7 +200,7 @@ class Client:
         self.lib.dlc_client_allow_skew(self.handle, seconds)
 
     def run(self, slice_s: float) -> int:
-        """1: done, 0: not yet, -1: failed (:meth:`error`), < -1: -errno of a send."""
+        """1: done, 0: not yet, -1: failed (:meth:`error`; a socket's error too)."""
         return int(self.lib.dlc_client_run(self.handle, slice_s))
 
     def done(self) -> int:

@@ -108,3 +108,27 @@ def test_closing_with_an_op_in_flight_fails_it_and_stops_the_thread(client):
         transport.close()
         sock.close()
         silent.close()
+
+
+@pytest.mark.parametrize("client", ["native", "python"])
+def test_a_send_the_kernel_refuses_fails_the_op_with_its_reason(client):
+    """A datagram to port 0 is refused by the kernel (EINVAL; nothing is sent): the op
+    fails at once with the address and the system's reason, and the transport goes on."""
+    if client == "native" and not available():
+        pytest.skip("native library not built")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    channel = Channel(JobKeys.derive(bytes(32), 7, AUTH_MAC, [0, 1]), 0)
+    transport = Transport(sock, 0, 2, 256, [Shard(("127.0.0.1", 0), 7, 4, channel)],
+                          Timing(), client=client)
+    try:
+        t0 = time.monotonic()
+        fut = transport.submit(Request(torch.ones(10_000)))
+        with pytest.raises(ExchangeError,
+                           match=r"^cannot send to the switch at 127\.0\.0\.1:0: Invalid "
+                                 r"argument$"):
+            fut.wait()
+        assert time.monotonic() - t0 < 5.0
+    finally:
+        transport.close()
+        sock.close()

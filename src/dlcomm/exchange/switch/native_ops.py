@@ -11,6 +11,7 @@ whichever client runs. Failures are reported in window.py's words.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -22,12 +23,14 @@ from dlcomm.exchange.switch.window import (
     Shard,
     no_answer_error,
     nonfinite_error,
+    send_error,
     stuck_error,
     switch_error,
 )
 from dlcomm.native.client import (
     E_NONFINITE,
     E_PLAN,
+    E_SOCKET,
     E_STUCK,
     E_SWITCH,
     Client,
@@ -127,10 +130,6 @@ class NativeOps:
                     if reason:
                         raise ExchangeError(reason) from error
                     raise error
-                if state < -1:
-                    addr = self.shards[0].address
-                    raise ExchangeError(f"cannot send to the switch at {addr[0]}:{addr[1]}: "
-                                        f"errno {-state}")
         finally:
             self._take_back(seqs)
         return self._moved()
@@ -152,6 +151,8 @@ class NativeOps:
             return switch_error(addr, err.text)
         if err.kind == E_PLAN:
             return ExchangeError(err.text.decode(errors="replace"))
+        if err.kind == E_SOCKET:
+            return send_error(addr, os.strerror(err.element))
         if err.kind == E_NONFINITE:
             return nonfinite_error(self.rank, err.element if err.element >= 0 else None)
         if err.kind == E_STUCK:

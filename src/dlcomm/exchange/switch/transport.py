@@ -28,7 +28,14 @@ from dlcomm.exchange.switch.native_ops import usable
 from dlcomm.exchange.switch.receiver import Receiver
 from dlcomm.exchange.switch.sparse_kernels import PYTHON, native_kernels
 from dlcomm.exchange.switch.sparse_window import SparseAllreduceOp
-from dlcomm.exchange.switch.window import AllreduceOp, RttEstimator, Send, Shard, Timing
+from dlcomm.exchange.switch.window import (
+    AllreduceOp,
+    RttEstimator,
+    Send,
+    Shard,
+    Timing,
+    send_error,
+)
 from dlcomm.native import available
 from dlcomm.wire.sparse import Presence
 
@@ -147,8 +154,7 @@ class Transport:
             try:
                 n = self.sock.sendmsg(parts, [], 0, addr)
             except OSError as exc:
-                raise ExchangeError(f"cannot send to the switch at {addr[0]}:{addr[1]}: "
-                                    f"{exc.strerror or exc}") from exc
+                raise send_error(addr, exc.strerror or str(exc)) from exc
             self.stats.packets_sent += 1
             self.stats.bytes_sent += n
 

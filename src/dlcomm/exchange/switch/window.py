@@ -63,7 +63,7 @@ from dlcomm.wire.packet import (
 from dlcomm.wire.quant import EXP_NONFINITE, EXP_ZERO, chunk_exponents, dequantize_into, quantize
 
 __all__ = ["Shard", "Timing", "RttEstimator", "AllreduceOp", "Send", "switch_error",
-           "nonfinite_error", "stuck_error", "no_answer_error"]
+           "nonfinite_error", "stuck_error", "no_answer_error", "send_error"]
 
 Address = tuple[str, int]
 Send = tuple[Address, Parts]   # a sealed datagram and where it goes
@@ -367,3 +367,9 @@ def stuck_error(addr: Address, idle_s: float, missing: list[int], slot: int,
 def no_answer_error(addr: Address, idle_s: float) -> ExchangeTimeout:
     return ExchangeTimeout(f"no answer from the switch at {addr[0]}:{addr[1]} for "
                            f"{idle_s:.1f} s (is it running and reachable?)")
+
+
+def send_error(addr: Address, reason: str) -> ExchangeError:
+    """A datagram to the switch the kernel refused (the system's reason: a firewall, no
+    route, a bad address)."""
+    return ExchangeError(f"cannot send to the switch at {addr[0]}:{addr[1]}: {reason}")

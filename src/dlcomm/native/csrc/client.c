@@ -68,7 +68,7 @@ typedef struct {
 } dlc_client;
 
 enum { S_SENT, S_BSENT, S_RECV, S_BRECV, S_RETX, S_PROBES, S_REJECTED, S_DROPS };
-enum { E_NONE, E_SWITCH, E_NONFINITE, E_STUCK, E_NO_ANSWER, E_PLAN };
+enum { E_NONE, E_SWITCH, E_NONFINITE, E_STUCK, E_NO_ANSWER, E_PLAN, E_SOCKET };
 #define EXP_UNKNOWN INT32_MIN   /* a chunk's exponent not taken yet */
 
 static int cmp_double(const void *a, const void *b) {
@@ -700,14 +700,24 @@ static int send_plain(dlc_client *c, int from, int to) {
     return 0;
 }
 
+/* A socket that failed the op (E_SOCKET, its errno): -1, as a failed op. The first error
+ * stays (a send error found while flushing a full queue too, whose caller goes on). */
+static int socket_error(dlc_client *c, int err, int shard) {
+    if (c->error_kind == E_NONE) {
+        c->error_kind = E_SOCKET; c->error_arg = err; c->error_shard = shard;
+    }
+    return -1;
+}
+
 /* Send the outputs: runs of one address and one size (up to 64 KB) as one UDP_SEGMENT
  * datagram each, where the kernel takes them; the rest with sendmmsg. */
 static int flush(dlc_client *c) {
     int w = 0;
     for (int i = 0; i < c->nouts; i++) if (!dropped(c)) c->outs[w++] = c->outs[i];
-    int r = 0, i = 0;
+    int r = 0, i = 0, at = 0;
     while (i < w && r >= 0) {
         int j = i + 1;
+        at = i;
         size_t seg = c->outs[i].iov[0].iov_len, total = seg;
         if (c->gso && seg < c->gso_max)
             while (j < w && j - i < 64 && c->outs[j].ip == c->outs[i].ip &&
@@ -722,7 +732,11 @@ static int flush(dlc_client *c) {
         i = j;
     }
     c->nouts = 0; c->used = 0;
-    return r < 0 ? r : 0;
+    if (r >= 0) return 0;
+    int shard = 0;   /* the shard of the output that failed (one address per send) */
+    for (int s = 0; s < c->nshards; s++)
+        if (c->shards[s].ip == c->outs[at].ip && c->shards[s].port == c->outs[at].port) shard = s;
+    return socket_error(c, -r, shard);
 }
 
 /* Receive what is waiting on fd (without blocking) and hand it to the op: how many
@@ -751,8 +765,8 @@ static int drain(dlc_client *c, int fd) {
     return n;
 }
 
-/* Run the op for up to slice_s: returns dlc_client_done()'s answer, or -errno if sending
- * failed. The caller checks its control channel between slices. Datagrams come on the
+/* Run the op for up to slice_s: returns dlc_client_done()'s answer (1 done, 0 not yet,
+ * -1 failed: a socket's error fails the op as E_SOCKET, with its errno). The caller checks its control channel between slices. Datagrams come on the
  * worker's socket and, where the job's results come to a group of their own, on that one. */
 int dlc_client_run(dlc_client *c, double slice_s) {
     int one = 1, fds[2] = {c->fd, c->rfd}, nfds = c->rfd >= 0 ? 2 : 1;
@@ -785,14 +799,14 @@ int dlc_client_run(dlc_client *c, double slice_s) {
             int ms = (int)ceil(wait * 1000);
             if (poll(pfd, (nfds_t)nfds, ms < 1 ? 1 : ms) > 0 &&
                 ((pfd[0].revents | (nfds > 1 ? pfd[1].revents : 0)) & POLLNVAL)) {
-                r = -EBADF;   /* a socket was closed under the op: never spin on it */
+                r = socket_error(c, EBADF, 0);   /* a socket closed under the op: never spin */
                 break;
             }
             continue;
         }
         r = flush(c);
     }
-    return r < 0 ? r : state;
+    return r < 0 ? -1 : state;
 }
 
 /* -- the worker's sparse rounds (exchange/switch/sparse_window.py) ---------------------- */
