@@ -55,6 +55,13 @@ bench: $(STAMP)
 	$(PY) -m dlcomm.native.harness sanitized build/fuzz
 	build/fuzz/dlc_fuzz -t 600 -s 1 -o build/fuzz/found build/fuzz/seeds
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 build/fuzz/dlc_replay build/fuzz/seeds build/fuzz/found
+	# the worker's socket loop on loopback (fuzz_socket.c: one configuration byte, then records)
+	mkdir -p build/fuzz/socket-seeds build/fuzz/socket-found
+	$(PY) -c "from dlcomm.testing.socket_corpus import write_socket_corpus; write_socket_corpus('build/fuzz/socket-seeds', 40, 1)"
+	$(PY) -m dlcomm.native.harness fuzzer build/fuzz --gcc --target sockets
+	$(PY) -m dlcomm.native.harness sanitized build/fuzz --target sockets
+	build/fuzz/dlc_fuzz_sockets -t 300 -s 1 -H 1 -o build/fuzz/socket-found build/fuzz/socket-seeds
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 build/fuzz/dlc_replay_sockets build/fuzz/socket-seeds build/fuzz/socket-found
 	$(DL) bench switch --json $(BENCH)/switch-rate.json --plot $(BENCH)/switch-rate.png
 	# the c10d backend against the DDP hook, the same job (emulated: root)
 	$(DL) bench backend --reps 3 --workload digits-cnn --workers 4 --epochs 2 --exchange switch $(NET) --json $(BENCH)/backend.json

@@ -1,16 +1,22 @@
-"""Builds of the native fuzz harness (csrc/harness/): a sanitizer replay and a fuzzer.
+"""Builds of the native fuzz harness (csrc/harness/): a sanitizer replay and a fuzzer, of
+either target (:data:`TARGETS`):
 
-- :func:`build_sanitized`: ``dlc_replay``, the library's sources, the fuzz target and
-  replay_main.c under AddressSanitizer and UndefinedBehaviorSanitizer; it runs the target
-  once on every file (or directory of files) it is given;
-- :func:`build_fuzzer`: ``dlc_fuzz``, with clang's libFuzzer where clang is on PATH, else
-  gcc with cov_fuzz.c (coverage through -fsanitize-coverage=trace-pc), both under the same
-  sanitizers.
+- ``datagrams`` (fuzz_target.c): the switch's dataplane and the worker's state machine fed
+  datagrams through their socket-free calls;
+- ``sockets`` (fuzz_socket.c): the worker's socket loop (batched receives, GRO batches cut
+  back into datagrams, the output queue and its flushes) on loopback sockets.
+
+- :func:`build_sanitized`: ``dlc_replay`` (``dlc_replay_sockets``), the library's sources,
+  the target and replay_main.c under AddressSanitizer and UndefinedBehaviorSanitizer; it
+  runs the target once on every file (or directory of files) it is given;
+- :func:`build_fuzzer`: ``dlc_fuzz`` (``dlc_fuzz_sockets``), with clang's libFuzzer where
+  clang is on PATH, else gcc with cov_fuzz.c (coverage through
+  -fsanitize-coverage=trace-pc), both under the same sanitizers.
 
 A missing compiler or missing OpenSSL headers is a one-line :class:`ConfigError`. Usage::
 
     python -m dlcomm.native.harness sanitized OUT_DIR   # prints the binary's path
-    python -m dlcomm.native.harness fuzzer OUT_DIR
+    python -m dlcomm.native.harness fuzzer OUT_DIR [--target sockets]
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from pathlib import Path
 
 from dlcomm.errors import ConfigError
 
-__all__ = ["build_sanitized", "build_fuzzer", "sanitizer_env", "CSRC", "HARNESS"]
+__all__ = ["build_sanitized", "build_fuzzer", "sanitizer_env", "CSRC", "HARNESS", "TARGETS"]
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 HARNESS = CSRC / "harness"
@@ -30,6 +36,8 @@ COMMON = ["-std=c11", "-D_GNU_SOURCE", "-O1", "-g", "-Wall", "-Wextra"]
 SANITIZE = ["-fsanitize=address,undefined,float-cast-overflow", "-fno-sanitize-recover=all",
             "-fno-omit-frame-pointer"]
 LIBS = ["-lcrypto", "-lm", "-lpthread"]
+# a target's source and the suffix of its binaries' names
+TARGETS = {"datagrams": ("fuzz_target.c", ""), "sockets": ("fuzz_socket.c", "_sockets")}
 
 
 def sanitizer_env() -> dict[str, str]:
@@ -67,25 +75,35 @@ def _run(command: list[str], target: Path) -> None:
         raise ConfigError(f"building {target.name} failed: {first}")
 
 
-def build_sanitized(out_dir: str | Path) -> Path:
+def _target(name: str) -> tuple[Path, str]:
+    if name not in TARGETS:
+        raise ConfigError(f"unknown fuzz target {name!r} (one of {', '.join(TARGETS)})")
+    source, suffix = TARGETS[name]
+    return HARNESS / source, suffix
+
+
+def build_sanitized(out_dir: str | Path, target_name: str = "datagrams") -> Path:
     """``out_dir/dlc_replay``: the fuzz target under ASan and UBSan, run on given files."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cc = _compiler("gcc")
-    target = out / "dlc_replay"
-    sources = [*library_sources(), HARNESS / "fuzz_target.c", HARNESS / "replay_main.c"]
+    source, suffix = _target(target_name)
+    target = out / f"dlc_replay{suffix}"
+    sources = [*library_sources(), source, HARNESS / "replay_main.c"]
     _run([cc, *COMMON, *SANITIZE, *map(str, sources), "-o", str(target), *LIBS], target)
     return target
 
 
-def build_fuzzer(out_dir: str | Path, prefer_clang: bool = True) -> Path:
+def build_fuzzer(out_dir: str | Path, prefer_clang: bool = True,
+                 target_name: str = "datagrams") -> Path:
     """``out_dir/dlc_fuzz``: libFuzzer's (clang) or cov_fuzz.c's (gcc) coverage-guided
     fuzzer around the target, under ASan and UBSan. Their command lines differ (libFuzzer:
     ``-max_total_time=S DIR``; cov_fuzz: ``-t S -o DIR SEEDS``)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    target = out / "dlc_fuzz"
-    sources = [str(p) for p in [*library_sources(), HARNESS / "fuzz_target.c"]]
+    source, suffix = _target(target_name)
+    target = out / f"dlc_fuzz{suffix}"
+    sources = [str(p) for p in [*library_sources(), source]]
     if prefer_clang and shutil.which("clang"):
         cc = _compiler("clang")
         flags = [flag.replace("address,undefined", "fuzzer,address,undefined")
@@ -106,10 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("kind", choices=("sanitized", "fuzzer"))
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--gcc", action="store_true", help="the gcc fuzzer even if clang exists")
+    parser.add_argument("--target", choices=sorted(TARGETS), default="datagrams",
+                        help="what the harness drives (default: datagrams)")
     args = parser.parse_args(argv)
     try:
-        path = build_sanitized(args.out_dir) if args.kind == "sanitized" else \
-            build_fuzzer(args.out_dir, prefer_clang=not args.gcc)
+        path = build_sanitized(args.out_dir, args.target) if args.kind == "sanitized" else \
+            build_fuzzer(args.out_dir, prefer_clang=not args.gcc, target_name=args.target)
     except ConfigError as exc:
         parser.exit(2, f"dlcomm: error: {exc}\n")
     print(path)

@@ -12,7 +12,10 @@
  * DIR/crash-<execs> first; a run past -T seconds to DIR/timeout-<execs>. Exit: 0, or not 0
  * after a crash.
  *
- *     dlc_fuzz [-t SECONDS] [-n RUNS] [-s SEED] [-m MAX_LEN] [-T TIMEOUT] [-o DIR] [SEEDS...]
+ * -H N: the records begin after N bytes (fuzz_socket.c's configuration byte: -H 1).
+ *
+ *     dlc_fuzz [-t SECONDS] [-n RUNS] [-s SEED] [-m MAX_LEN] [-T TIMEOUT] [-o DIR] [-H N]
+ *              [SEEDS...]
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -176,10 +179,12 @@ static void put(input *b, size_t at, uint64_t v, size_t width) {
     for (size_t i = 0; i < width && at + i < b->n; i++) b->d[at + i] = (uint8_t)(v >> (8 * i));
 }
 
+static size_t header_bytes;   /* -H: bytes before the first record (fuzz_socket.c: 1) */
+
 /* Where each record of an input begins (its selector), fuzz_target.c's way. */
 static int records(const input *b, size_t *at) {
     int n = 0;
-    for (size_t p = 0; p < b->n && n < MAX_RECORDS;) {
+    for (size_t p = header_bytes; p < b->n && n < MAX_RECORDS;) {
         at[n++] = p;
         size_t len = p + 3 <= b->n ? (size_t)(b->d[p + 1] | b->d[p + 2] << 8) : 0;
         p = p + 3 + len < b->n ? p + 3 + len : b->n;
@@ -372,7 +377,7 @@ int main(int argc, char **argv) {
     double seconds = 0;
     unsigned long runs = 0;
     int opt, save = 0;
-    while ((opt = getopt(argc, argv, "t:n:s:m:T:o:")) != -1) {
+    while ((opt = getopt(argc, argv, "t:n:s:m:T:o:H:")) != -1) {
         switch (opt) {
         case 't': seconds = atof(optarg); break;
         case 'n': runs = strtoul(optarg, NULL, 10); break;
@@ -380,9 +385,11 @@ int main(int argc, char **argv) {
         case 'm': max_len = strtoul(optarg, NULL, 10); max_len_given = 1; break;
         case 'T': timeout_s = (unsigned)atoi(optarg); break;
         case 'o': out_dir = optarg; save = 1; break;
+        case 'H': header_bytes = strtoul(optarg, NULL, 10); break;
         default:
             fprintf(stderr, "usage: %s [-t SECONDS] [-n RUNS] [-s SEED] [-m MAX_LEN] "
-                    "[-T TIMEOUT] [-o DIR] [SEED_FILES_OR_DIRS...]\n", argv[0]);
+                    "[-T TIMEOUT] [-o DIR] [-H HEADER_BYTES] [SEED_FILES_OR_DIRS...]\n",
+                    argv[0]);
             return 2;
         }
     }

@@ -7,8 +7,8 @@
  * Input: one configuration byte, then records  u8 selector, u16 little-endian length, bytes
  * (a record cut short by the end of the input takes what is left).
  *   configuration  0x01 encrypted job (else MAC), 0x02 results on a socket of their own,
- *                  0x04 SLOTS_MANY slots (every op begins with more outputs than the client's
- *                  queue holds), 0x08 segmentation offload off (dlc_client_set_gso(c, 0))
+ *                  0x04 SLOTS_MANY slots (every op begins with over twice the outputs the
+ *                  client's queue holds), 0x08 segmentation offload off (dlc_client_set_gso(c, 0))
  *   selector  0x80  seal each datagram as the switch would (the result key for a RESULT,
  *                   else the down key; the header's counter is the nonce)
  *             0x40  send from a stranger's socket instead of the switch's
@@ -56,6 +56,11 @@ void dlc_client_set_results_fd(dlc_client *c, int fd);
 int dlc_client_done(const dlc_client *c);
 int dlc_client_run(dlc_client *c, double slice_s);
 void dlc_client_stats(const dlc_client *c, uint64_t *out);
+int dlc_client_error(const dlc_client *c, char *text, size_t cap, long *arg, int *shard,
+                     uint64_t *missing, int *slot, uint64_t *seq, double *idle, double now);
+#define E_SOCKET 6   /* client.c's: a socket's error failed the op */
+#define S_RECV 2     /* client.c's stats: datagrams received, and refused */
+#define S_REJECTED 6
 
 #define CFG_ENCRYPT 0x01
 #define CFG_RESULTS 0x02
@@ -71,7 +76,7 @@ void dlc_client_stats(const dlc_client *c, uint64_t *out);
 #define WORKERS 3
 #define K 16
 #define SLOTS_FEW 2
-#define SLOTS_MANY 1100   /* over client.c's queue of 1,024 outputs */
+#define SLOTS_MANY 2100   /* over twice client.c's queue of 1,024 outputs */
 #define ELEMENTS_FEW 40
 #define ELEMENTS_MANY (2 * SLOTS_MANY * K)
 #define SLICE_S 0.001
@@ -196,7 +201,16 @@ static void client_new(int cfg) {
 /* One slice of the client's loop; an op that ended (done or failed) makes way for the next. */
 static void run_slice(void) {
     int r = dlc_client_run(S.client, SLICE_S);
-    if (r < 0 && r != -1) fail("the client's loop failed on loopback", r, 0);
+    if (r < 0) {
+        char text[512];
+        long arg;
+        int shard, slot;
+        uint64_t missing, seq;
+        double idle;
+        if (dlc_client_error(S.client, text, sizeof text, &arg, &shard, &missing, &slot, &seq,
+                             &idle, dlc_now()) == E_SOCKET)
+            fail("the client's loop failed on loopback (errno)", arg, 0);
+    }
     if (r) {
         if (r > 0) S.ops_done++; else S.ops_failed++;
         client_begin();
@@ -262,9 +276,9 @@ static void one_record(uint8_t sel, const uint8_t *bytes, size_t n) {
     int count = sel & SEL_COUNT;
     S.records++;
     if (count) {
+        if (n > 65507 - 15 * DLC_TAG) n = 65507 - 15 * DLC_TAG;   /* room for the tags */
         size_t size = count > 1 ? (n + (size_t)count - 1) / (size_t)count : n;
         if (size == 0) size = 1;
-        if (n > 65507 - 15 * DLC_TAG) n = 65507 - 15 * DLC_TAG;   /* room for the tags */
         size_t seg, len = make_batch(sel, bytes, n, size, &seg);
         int pieces = 0;
         for (size_t off = 0; off < len; off += seg) pieces++;
@@ -293,7 +307,7 @@ static void settle(void) {
         if (!waiting(S.fd[F_CLIENT]) && !waiting(S.fd[F_RESULTS])) break;
     }
     dlc_client_stats(S.client, stats);
-    if (stats[2] != S.sent) fail("the client counted another number of datagrams than it was sent",
+    if (stats[S_RECV] != S.sent) fail("the client counted another number of datagrams than it was sent",
                                  (long)stats[2], (long)S.sent);
 }
 
@@ -306,6 +320,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!S.crypto) init();
     drain_all();
     S.records = 0; S.sent = 0; S.pending = 0; S.pending_sends = 0;
+    S.checked = 0; S.ops_done = 0; S.ops_failed = 0;
     client_new(size ? data[0] : 0);
     size_t at = size ? 1 : 0;
     while (at < size) {
@@ -317,10 +332,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         at = body + n;
     }
     settle();
-    if (getenv("DLC_FUZZ_STATS"))
+    if (getenv("DLC_FUZZ_STATS")) {
+        uint64_t stats[8];
+        dlc_client_stats(S.client, stats);
         fprintf(stderr, "fuzz_socket: %lu records, %lu datagrams to the client, %lu from it "
-                "checked, ops done %lu, failed %lu\n", S.records, S.sent, S.checked,
-                S.ops_done, S.ops_failed);
+                "checked, ops done %lu, failed %lu, refused %llu\n", S.records, S.sent,
+                S.checked, S.ops_done, S.ops_failed, (unsigned long long)stats[S_REJECTED]);
+    }
     dlc_client_free(S.client);
     S.client = NULL;
     return 0;

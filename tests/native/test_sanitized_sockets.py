@@ -1,0 +1,141 @@
+"""The worker's socket loop under AddressSanitizer and UndefinedBehaviorSanitizer: the socket
+target (csrc/harness/fuzz_socket.c) plays the worker's switch on loopback sockets and sends
+it the seed stories of dlcomm.testing.socket_corpus, single datagrams and UDP_SEGMENT
+batches the worker receives whole and must cut back; its invariants (every datagram from
+the worker a DATA of its job whose tag verifies, sent to the switch only; every datagram
+sent to the worker counted once; no socket error on loopback) abort on a violation."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dlcomm.native.harness import HARNESS, build_fuzzer, build_sanitized, sanitizer_env
+from dlcomm.testing.native_corpus import FIXED_KEYS, J_MAC, record
+from dlcomm.testing.socket_corpus import (
+    CONFIGS,
+    ENCRYPT,
+    MANY_SLOTS,
+    RESULTS,
+    RESULTS_SOCKET,
+    RUN,
+    SEAL,
+    STRANGER,
+    write_socket_corpus,
+)
+from dlcomm.wire.packet import COMPLETE, RESULT, STATUS, SWITCH_RANK, Header
+
+HAVE_TOOLS = shutil.which("gcc") is not None and Path("/usr/include/openssl/evp.h").exists()
+pytestmark = pytest.mark.skipif(not HAVE_TOOLS, reason="the sanitizer build needs gcc and "
+                                "OpenSSL's headers (/usr/include/openssl/evp.h)")
+SANITIZER_ERRORS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
+STATS = re.compile(r"fuzz_socket: (\d+) records, (\d+) datagrams to the client, (\d+) from it "
+                   r"checked, ops done (\d+), failed (\d+)")
+
+
+@pytest.fixture(scope="module")
+def replay(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_sanitized(tmp_path_factory.mktemp("sanitized"), "sockets")
+
+
+def run(binary: Path, *args: str | Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout,
+                          env={**os.environ, **sanitizer_env(), "DLC_FUZZ_STATS": "1"})
+
+
+def assert_clean(res: subprocess.CompletedProcess) -> list[tuple[int, ...]]:
+    """The run's per-input stats, once it is known to have ended clean."""
+    assert res.returncode == 0, res.stderr[-4000:]
+    for error in SANITIZER_ERRORS:
+        assert error not in res.stderr, res.stderr[-4000:]
+    return [tuple(map(int, m)) for m in STATS.findall(res.stderr)]
+
+
+def test_the_socket_target_has_the_corpus_keys():
+    source = (HARNESS / "fuzz_socket.c").read_text()
+    keys = re.search(r'KEYS\[48\] = "([^"]*)";', source)
+    assert keys, "fuzz_socket.c has no KEYS"
+    up, down, result = FIXED_KEYS[J_MAC][0], FIXED_KEYS[J_MAC][3], FIXED_KEYS[J_MAC][6]
+    assert keys.group(1).encode() == up + down + result
+
+
+def test_the_socket_corpus_replays_clean_and_reaches_the_deep_paths(replay: Path,
+                                                                    tmp_path: Path):
+    paths = write_socket_corpus(tmp_path / "corpus", 150, seed=20261203)
+    assert len(paths) == 2 * len(CONFIGS)
+    stats = assert_clean(run(replay, tmp_path / "corpus"))
+    assert len(stats) == len(paths)
+    by_name = dict(zip(sorted(p.name for p in paths), stats))   # replayed in name order
+    for name, (records, sent, checked, _done, _failed) in by_name.items():
+        assert records > 0 and sent > 0 and checked > 0, name
+    for config in CONFIGS:
+        if not CONFIGS[config] & MANY_SLOTS:   # the stories complete ops of two slots only
+            assert by_name[f"client-{config}"][3] > 0, config
+    assert any(s[4] for s in stats)   # and some ops fail (errors, NaN results, silence)
+
+
+def header(typ: int, slot: int, numel: int, seq: int = 0, counter: int = 0,
+           flags: int = 0) -> bytes:
+    return Header(typ, J_MAC, SWITCH_RANK, slot, numel, seq, 0, 0, flags=flags).pack(counter)
+
+
+def broken_inputs() -> dict[str, bytes]:
+    """Inputs cut and sized every way the configuration byte and the records allow."""
+    result = header(RESULT, 0, 0)
+    big = 0xFFFF
+    return {
+        "empty": b"",
+        "configuration-only": bytes([0x0F]),
+        "every-configuration-bit": b"\xff" + record(SEAL | RUN | 1, result),
+        "half-a-record": b"\x00\x91\x05",
+        "claims-65535": b"\x01\x91\xff\xff" + result,
+        "one-byte-pieces": b"\x00" + record(SEAL | RUN | 15, b"abcdefghijklmnop"),
+        "header-pieces": b"\x00" + b"".join(
+            record(SEAL | RUN | n, (result + bytes(7)) * n + result[: n * 3])
+            for n in range(2, 16)),
+        "largest-batch": bytes([ENCRYPT]) + record(SEAL | RUN | 15, (result * 2048)[:big]),
+        "largest-datagram": b"\x00" + record(SEAL | RUN | 1, (result * 2048)[:big])
+                            + record(RUN | 1, bytes(big)),
+        "empty-datagrams": bytes([RESULTS_SOCKET]) + record(RUN | 1, b"") * 5
+                           + record(STRANGER | RUN | 1, b"") + record(RESULTS | 1, b"")
+                           + record(RESULTS | STRANGER | RUN | 2, b""),
+        "results-socket-absent": b"\x00" + record(SEAL | RESULTS | RUN | 3, result * 3),
+        "never-run": b"\x00" + record(SEAL | 4, header(STATUS, 1, 0) * 4) * 300,
+        "many-slots-silent": bytes([MANY_SLOTS | ENCRYPT]) + record(RUN, b"") * 150,
+        "many-slots-statuses": bytes([MANY_SLOTS]) + b"".join(
+            record(SEAL | 15, b"".join(header(STATUS, s, 0, counter=s, flags=COMPLETE) + b"\x06"
+                                       for s in range(i, i + 15)))
+            for i in range(0, 2100, 15)) + record(RUN, b"") * 40,
+    }
+
+
+def test_broken_socket_inputs_are_handled(replay: Path, tmp_path: Path):
+    for name, data in broken_inputs().items():
+        (tmp_path / name).write_bytes(data)
+    res = run(replay, tmp_path)
+    stats = assert_clean(res)
+    assert f"dlc_replay: {len(broken_inputs())} inputs" in res.stderr
+    assert len(stats) == len(broken_inputs())
+
+
+def test_the_socket_fuzzer_mutates_records_after_the_configuration_byte(tmp_path: Path):
+    """gcc's coverage-guided driver with -H 1 (the records begin after one byte): from the
+    seeds, new edges and no crash; what it kept replays clean."""
+    fuzzer = build_fuzzer(tmp_path / "build", prefer_clang=False, target_name="sockets")
+    seeds, found = tmp_path / "seeds", tmp_path / "found"
+    write_socket_corpus(seeds, 20, seed=3)
+    found.mkdir()
+    res = run(fuzzer, "-n", "60", "-s", "5", "-H", "1", "-o", found, seeds)
+    assert res.returncode == 0, res.stderr[-4000:]
+    loaded = re.search(r"seeds loaded: execs \d+ in \S+ s \(\d+ exec/s\), edges (\d+)",
+                       res.stderr)
+    done = re.search(r"done: execs (\d+) in \S+ s \((\d+) exec/s\), edges (\d+)", res.stderr)
+    assert loaded and done, res.stderr[-2000:]
+    assert int(done.group(1)) >= 60
+    assert not list(found.glob("crash-*")) and not list(found.glob("timeout-*"))
