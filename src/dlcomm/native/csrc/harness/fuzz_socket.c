@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "../dlc.h"
+#include "records.h"
 #include "../rx.h"
 
 typedef struct dlc_client dlc_client;   /* opaque here: client.c holds its layout */
@@ -322,15 +323,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     S.records = 0; S.sent = 0; S.pending = 0; S.pending_sends = 0;
     S.checked = 0; S.ops_done = 0; S.ops_failed = 0;
     client_new(size ? data[0] : 0);
-    size_t at = size ? 1 : 0;
-    while (at < size) {
-        uint8_t sel = data[at];
-        size_t body = at + 3 <= size ? at + 3 : size;
-        size_t n = at + 3 <= size ? (size_t)(data[at + 1] | data[at + 2] << 8) : 0;
-        if (n > size - body) n = size - body;
-        one_record(sel, data + body, n);
-        at = body + n;
-    }
+    dlc_each_record(data, size, size ? 1 : 0, one_record);
     settle();
     if (getenv("DLC_FUZZ_STATS")) {
         uint64_t stats[8];

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "../dlc.h"
+#include "records.h"
 
 /* Entry points of switch.c and client.c that dlc.h leaves to the ctypes binding. */
 int dlc_job_add(dlc_switch *sw, int id, int workers, const uint32_t *ips, const uint16_t *ports,
@@ -390,15 +391,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     S.now = T0;
     S.records = 0;
     reset_state();
-    size_t at = 0;
-    while (at < size) {
-        uint8_t sel = data[at];
-        size_t body = at + 3 <= size ? at + 3 : size;
-        size_t n = at + 3 <= size ? (size_t)(data[at + 1] | data[at + 2] << 8) : 0;
-        if (n > size - body) n = size - body;
-        one_record(sel, data + body, n);
-        at = body + n;
-    }
+    dlc_each_record(data, size, 0, one_record);
     print_stats();
     return 0;
 }
