@@ -149,3 +149,31 @@ def test_non_finite_values_fail_both_alike():
         err = twin.client.error(0.0)
         assert err is not None and "NaN" in str(twin.op.error)
         assert err.element == (16 if twin.rank == 1 else -1)
+
+
+@pytest.mark.parametrize("auth", [AUTH_NONE, AUTH_MAC, AUTH_ENCRYPT])
+def test_two_requests_to_send_again_read_together_give_two_intact_datagrams(auth):
+    """The switch asks twice for a round it never got, and both answers are read before
+    anything is sent (one batch of the socket loop): window.py sends the round twice, each
+    sealed anew; the native client's queue held the packet's buffer, which the second seal
+    rewrote under the first output (its counter and tag sent twice). Both must send the
+    same two datagrams."""
+    fnet = FakeNet(NetConfig())
+    workers = [("10.0.0.1", 7000), ("10.0.0.2", 7000)]
+    switch, dataplanes, views = _switches(fnet, workers, 1, 1, 16, False, 0, auth)
+    twin = Twin(0, 2, 16, views[0], np.arange(40, dtype=np.float32), Timing())
+    twin.start(0.0)                                   # the round is lost on the way
+    statuses = []
+    for _ in range(2):                                # two probes, two answers
+        now = twin.op.next_deadline()
+        for _, probe in twin.timeout(now):
+            for _, parts in dataplanes[0].on_datagram(probe, workers[0], now):
+                statuses.append(b"".join(bytes(p) for p in parts))
+    assert len(statuses) == 2
+    now += 1e-3
+    py = [(addr, b"".join(bytes(p) for p in parts))
+          for status in statuses for addr, parts in twin.op.on_datagram(status, switch[0], now)]
+    for status in statuses:
+        twin.client.on_datagram(status, switch[0], now)
+    assert len(py) == 2 and py[0][1] != py[1][1]
+    assert twin.client.take() == py

@@ -11,31 +11,43 @@ datagrams the bytes are: 0 none (a slice of time passes), 1 one, 2-15 that many 
 pieces (the last shorter) sent as one UDP_SEGMENT batch, which the worker receives whole
 (UDP_GRO) and must cut back.
 
-The stories are native_corpus's: results that complete the worker's ops, statuses, replays,
-forgeries, errors, silence until it gives up, odd datagrams; runs of same-size datagrams
-go out as one batch. Every configuration replays every story: the harness seals with the
-configuration's mode, so one plaintext story serves MAC and encrypted jobs alike.
+The stories are native_corpus's (results that complete the worker's dense ops, statuses,
+replays, forgeries, errors, silence until it gives up, odd datagrams) and, for a worker in
+sparse rounds (:data:`SPARSE`), what the Python switch sends rank 0 while three Python
+workers sum sparse tensors (:func:`sparse_story`): announce answers, plans, results. Runs
+of same-size datagrams go out as one batch. The harness seals with the configuration's
+mode, so one plaintext story serves MAC and encrypted jobs alike.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import struct
 from pathlib import Path
 
-from dlcomm.testing.native_corpus import A_SWITCH, CLIENT, SOURCES, record
-from dlcomm.wire.packet import HEADER_SIZE, RESULT
+import numpy as np
 
-__all__ = ["write_socket_corpus", "socket_records", "CONFIGS", "SEAL", "STRANGER", "RESULTS",
-           "RUN", "ENCRYPT", "RESULTS_SOCKET", "MANY_SLOTS", "NO_OFFLOAD"]
+from dlcomm.exchange.switch.sparse_window import SparseAllreduceOp
+from dlcomm.exchange.switch.window import Timing
+from dlcomm.testing.fakenet import FakeNet, NetConfig, _switches
+from dlcomm.testing.native_corpus import A_SWITCH, CLIENT, J_MAC, SOURCES, K, record
+from dlcomm.wire.auth import AUTH_NONE
+from dlcomm.wire.packet import HEADER_SIZE, RESULT, decode_header
+
+__all__ = ["write_socket_corpus", "socket_records", "sparse_story", "sparse_data", "CONFIGS",
+           "STORIES", "SEAL", "STRANGER", "RESULTS", "RUN", "ENCRYPT", "RESULTS_SOCKET",
+           "MANY_SLOTS", "NO_OFFLOAD", "SPARSE"]
 
 SEAL, STRANGER, RESULTS, RUN = 0x80, 0x40, 0x20, 0x10
-ENCRYPT, RESULTS_SOCKET, MANY_SLOTS, NO_OFFLOAD = 0x01, 0x02, 0x04, 0x08
+ENCRYPT, RESULTS_SOCKET, MANY_SLOTS, NO_OFFLOAD, SPARSE = 0x01, 0x02, 0x04, 0x08, 0x10
 MAX_BATCH = 15
+SLOTS_FEW, WORKERS = 2, 3                       # fuzz_socket.c's worker: rank 0 of 3
+SPARSE_BLOCK, SPARSE_ELEMENTS = 4, 160          # its sparse op (fuzz_socket.c)
 CONFIGS = {"mac": 0, "encrypted": ENCRYPT, "results-socket": RESULTS_SOCKET,
            "many-slots": MANY_SLOTS, "no-offload": NO_OFFLOAD,
-           "encrypted-results-many": ENCRYPT | RESULTS_SOCKET | MANY_SLOTS}
-STORIES = ("client", "odd")   # native_corpus's sources with records to the worker
+           "encrypted-results-many": ENCRYPT | RESULTS_SOCKET | MANY_SLOTS,
+           "sparse": SPARSE, "sparse-encrypted-results": SPARSE | ENCRYPT | RESULTS_SOCKET}
 
 
 def _parse(data: bytes) -> list[tuple[int, bytes]]:
@@ -75,6 +87,72 @@ def socket_records(records: list[bytes], rng: random.Random) -> list[bytes]:
     return out
 
 
+def sparse_data(rank: int, seed: int = 0) -> np.ndarray:
+    """A worker's tensor for the sparse story. Rank 0's is fuzz_socket.c's, element for
+    element: (i % 7 - 3) / 4 in every third block of :data:`SPARSE_BLOCK`, else 0. The
+    others: a random half of the blocks present."""
+    i = np.arange(SPARSE_ELEMENTS)
+    if rank == 0:
+        return np.where((i // SPARSE_BLOCK) % 3 == 0, (i % 7 - 3) * 0.25, 0).astype(np.float32)
+    rng = np.random.default_rng(seed * 7 + rank)
+    present = np.repeat(rng.random(SPARSE_ELEMENTS // SPARSE_BLOCK) < 0.5, SPARSE_BLOCK)
+    return np.where(present, rng.normal(size=SPARSE_ELEMENTS), 0).astype(np.float32)
+
+
+def sparse_story(rng: random.Random, n: int) -> list[bytes]:
+    """What the Python switch sends rank 0 while three Python workers (sparse_window.py)
+    sum :func:`sparse_data` in sparse rounds, on a fake net without loss: op after op (the
+    others' tensors change), until ``n`` records. Each datagram's job becomes the harness's
+    and its counter the next of its stream (the harness seals with it as the nonce)."""
+    out: list[bytes] = []
+    counters = {True: 0, False: 0}   # the result stream's, the down stream's
+    fnet = FakeNet(NetConfig(seed=rng.getrandbits(30)))
+    workers = [(f"10.0.0.{r + 1}", 7000) for r in range(WORKERS)]
+    switch, dataplanes, views = _switches(fnet, workers, 1, SLOTS_FEW, K, False, SPARSE_BLOCK,
+                                          AUTH_NONE)
+    seqs = [[[0] * SLOTS_FEW] for _ in workers]   # each worker's, from op to op
+
+    def send(src: tuple[str, int], sends: list) -> None:
+        for dst, parts in sends:
+            fnet.send(src, dst, b"".join(bytes(p) for p in parts))
+
+    while len(out) < n:
+        seed = rng.getrandbits(30)
+        data = [sparse_data(r, seed) for r in range(WORKERS)]
+        ops = [SparseAllreduceOp(x, x, r, WORKERS, K, views[r], seqs[r], Timing(),
+                                 block=SPARSE_BLOCK) for r, x in enumerate(data)]
+        for r, op in enumerate(ops):
+            send(workers[r], op.start(fnet.now))
+        while not all(op.done for op in ops):
+            deadline = min(op.next_deadline() for op in ops if not op.done)
+            if deadline < fnet.next_time():   # (no loss: only a slow answer times out)
+                fnet.now = max(fnet.now, deadline)
+                for r, op in enumerate(ops):
+                    if not op.done and op.next_deadline() <= fnet.now:
+                        send(workers[r], op.on_timeout(fnet.now))
+                continue
+            ev = fnet.pop()
+            if ev.dst == switch[0]:
+                send(ev.dst, dataplanes[0].on_datagram(ev.data, ev.src, fnet.now))
+                continue
+            r = workers.index(ev.dst)
+            if r == 0:
+                header = decode_header(ev.data)
+                result = header.type == RESULT
+                renamed = dataclasses.replace(header, job=J_MAC)
+                out.append(record(CLIENT | SEAL | A_SWITCH,
+                                  renamed.pack(counters[result]) + ev.data[HEADER_SIZE:]))
+                counters[result] += 1
+            send(workers[r], ops[r].on_datagram(ev.data, ev.src, fnet.now))
+    return out[:n]
+
+
+# the stories, and the configurations that replay each (those of their worker's op)
+STORIES = {"client": [c for c in CONFIGS if not CONFIGS[c] & SPARSE],
+           "odd": list(CONFIGS),
+           "sparse": [c for c in CONFIGS if CONFIGS[c] & SPARSE]}
+
+
 def write_socket_corpus(directory: str | Path, count: int, seed: int) -> list[Path]:
     """About ``count`` records per story (:data:`STORIES`), one file per story and
     configuration, into ``directory``; returns the files. The same seed writes the same
@@ -83,11 +161,12 @@ def write_socket_corpus(directory: str | Path, count: int, seed: int) -> list[Pa
     root.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     paths = []
-    for story in STORIES:
-        records = SOURCES[story](random.Random(rng.getrandbits(64)), count)
+    for story, configs in STORIES.items():
+        make = sparse_story if story == "sparse" else SOURCES[story]
+        records = make(random.Random(rng.getrandbits(64)), count)
         body = b"".join(socket_records(records, random.Random(rng.getrandbits(64))))
-        for name, config in CONFIGS.items():
+        for name in configs:
             path = root / f"{story}-{name}"
-            path.write_bytes(bytes([config]) + body)
+            path.write_bytes(bytes([CONFIGS[name]]) + body)
             paths.append(path)
     return paths

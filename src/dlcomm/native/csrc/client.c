@@ -35,6 +35,7 @@ typedef struct {
     double sent_at, deadline; int retries, done, has_missing, complete_seen, probed, waits;
     uint64_t missing;
     uint8_t *pkt;      /* header room, the quantized chunk (or sparse payload), tag room */
+    uint64_t queued;   /* the queue's epoch + 1 while an output points into pkt, else 0 */
     uint8_t flags;     /* the round's header flags (sparse rounds: SPARSE, ANNOUNCE) */
     size_t plen;       /* the payload's bytes */
     /* sparse op: the planned round's groups (sorted, distinct) and their exponents, and the
@@ -62,6 +63,7 @@ typedef struct {
     int *mine, *mine_off, *mine_cnt, *cursor; long union_blocks;
     /* outputs of the pure API / the loop's batch */
     dlc_out outs[CL_MAX_OUTS]; int nouts; uint8_t *scratch; size_t used, cap; int pure;
+    uint64_t epoch;   /* how many times the queue was emptied (sent, or taken) */
     uint64_t stats[8];   /* sent, bytes sent, received, bytes received, retransmissions,
                             probes, rejected, drops injected */
     uint8_t *rx;
@@ -240,6 +242,7 @@ static void dequantize_into(float *restrict out, const int32_t *restrict t, size
 
 /* -- sending ---------------------------------------------------------------------------- */
 static int flush(dlc_client *c);
+static void detach_queued(dlc_client *c, cl_pos *p);
 
 /* Queue an output. The loop sends the queue as soon as it is full, this output included:
  * flushing resets the scratch space, so no queued output may point into it afterwards. */
@@ -290,10 +293,13 @@ static void send_pos(dlc_client *c, cl_pos *p, double now, int probe) {
     }
     /* the packet's payload is in place; a retransmission is sealed anew (a new counter) */
     uint8_t *out = p->pkt;
+    detach_queued(c, p);
     if (c->auth == AUTH_ENCRYPT) {
         if (c->used + DLC_HDR + p->plen + DLC_TAG > c->cap - 65600) return;
         out = c->scratch + c->used;
         c->used += DLC_HDR + p->plen + DLC_TAG;
+    } else {
+        p->queued = c->epoch + 1;   /* before push: a flush in it empties the queue */
     }
     size_t len = seal_packet(c, s, p->pkt, &h, p->plen, out);
     push(c, s, out, len);
@@ -308,8 +314,33 @@ static int next_exp(dlc_client *c, int chunk) {
     return c->exps[chunk];
 }
 
+/* p's packet is about to be written again (a new round, or a retransmission sealed anew)
+ * while an output of it still waits in the queue (results of two rounds, or two requests to
+ * send again, read in one batch): that output gets a copy of its bytes in scratch space
+ * first, as window.py's sends are copies. Where scratch space is short, the queue is sent
+ * first (or, in the pure machine, the output is given up: a loss, which probes recover). */
+static void detach_queued(dlc_client *c, cl_pos *p) {
+    if (p->queued != c->epoch + 1) return;
+    p->queued = 0;
+    for (int i = 0; i < c->nouts; i++) {
+        dlc_out *o = &c->outs[i];
+        size_t len = o->iov[0].iov_len;
+        if (o->iov[0].iov_base != p->pkt) continue;
+        if (c->used + len > c->cap - 65600) {
+            if (c->fd >= 0) { flush(c); return; }
+            memmove(o, o + 1, sizeof *o * (size_t)(c->nouts - i - 1));
+            c->nouts--; i--;
+            continue;
+        }
+        memcpy(c->scratch + c->used, p->pkt, len);
+        o->iov[0].iov_base = c->scratch + c->used;
+        c->used += len;
+    }
+}
+
 static void next_round(dlc_client *c, cl_pos *p) {
     cl_shard *s = &c->shards[p->shard];
+    detach_queued(c, p);
     p->seq = s->seqs[p->slot]++;
     p->retries = 0; p->has_missing = 0; p->missing = 0; p->complete_seen = 0; p->probed = 0;
     p->waits = 0;
@@ -369,7 +400,7 @@ static int lay_out(dlc_client *c, size_t pkt) {
 /* Begin summing data[0:n] into out (which may be data). Outputs: the exponent rounds. */
 int dlc_client_begin(dlc_client *c, const float *data, float *out, size_t n, double now) {
     op_free(c);
-    c->data = data; c->out = out; c->n = n; c->nouts = 0; c->used = 0;
+    c->data = data; c->out = out; c->n = n; c->nouts = 0; c->used = 0; c->epoch++;
     c->error_kind = E_NONE; c->error_text[0] = 0;
     c->chunks = (int)((n + (size_t)c->k - 1) / (size_t)c->k);
     c->exps = malloc(sizeof(int32_t) * (size_t)(c->chunks ? c->chunks : 1));
@@ -576,7 +607,7 @@ long dlc_client_take(dlc_client *c, uint8_t *out, size_t cap) {
         memcpy(out + w + 10, o->iov[0].iov_base, n);
         w += 10 + n;
     }
-    c->nouts = 0; c->used = 0;
+    c->nouts = 0; c->used = 0; c->epoch++;
     return (long)w;
 }
 
@@ -731,7 +762,7 @@ static int flush(dlc_client *c) {
         }
         i = j;
     }
-    c->nouts = 0; c->used = 0;
+    c->nouts = 0; c->used = 0; c->epoch++;
     if (r >= 0) return 0;
     int shard = 0;   /* the shard of the output that failed (one address per send) */
     for (int s = 0; s < c->nshards; s++)

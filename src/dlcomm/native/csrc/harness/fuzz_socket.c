@@ -8,7 +8,9 @@
  * (a record cut short by the end of the input takes what is left).
  *   configuration  0x01 encrypted job (else MAC), 0x02 results on a socket of their own,
  *                  0x04 SLOTS_MANY slots (every op begins with over twice the outputs the
- *                  client's queue holds), 0x08 segmentation offload off (dlc_client_set_gso(c, 0))
+ *                  client's queue holds), 0x08 segmentation offload off (dlc_client_set_gso(c, 0)),
+ *                  0x10 sparse rounds (blocks of SPARSE_BLOCK of SPARSE_ELEMENTS floats: every
+ *                  third block present, as testing/socket_corpus.sparse_data(0) writes them)
  *   selector  0x80  seal each datagram as the switch would (the result key for a RESULT,
  *                   else the down key; the header's counter is the nonce)
  *             0x40  send from a stranger's socket instead of the switch's
@@ -52,6 +54,8 @@ void dlc_client_free(dlc_client *c);
 int dlc_client_shard(dlc_client *c, uint32_t ip, uint16_t port, uint16_t job, int slots,
                      const uint8_t *keys);
 int dlc_client_begin(dlc_client *c, const float *data, float *out, size_t n, double now);
+int dlc_client_begin_sparse(dlc_client *c, float *data, float *out, size_t n, int block,
+                            const uint8_t *present_in, const uint8_t *negzero_in, double now);
 void dlc_client_set_gso(dlc_client *c, int on);
 void dlc_client_set_results_fd(dlc_client *c, int fd);
 int dlc_client_done(const dlc_client *c);
@@ -67,6 +71,7 @@ int dlc_client_error(const dlc_client *c, char *text, size_t cap, long *arg, int
 #define CFG_RESULTS 0x02
 #define CFG_MANY 0x04
 #define CFG_NO_GSO 0x08
+#define CFG_SPARSE 0x10
 #define SEL_SEAL 0x80
 #define SEL_STRANGER 0x40
 #define SEL_RESULTS 0x20
@@ -80,6 +85,8 @@ int dlc_client_error(const dlc_client *c, char *text, size_t cap, long *arg, int
 #define SLOTS_MANY 2100   /* over twice client.c's queue of 1,024 outputs */
 #define ELEMENTS_FEW 40
 #define ELEMENTS_MANY (2 * SLOTS_MANY * K)
+#define SPARSE_BLOCK 4
+#define SPARSE_ELEMENTS 160
 #define SLICE_S 0.001
 #define PENDING_MAX (96 * 1024)   /* unread bytes before a run is forced: no socket overflows */
 #define PENDING_SENDS 48
@@ -93,7 +100,7 @@ static struct {
     int fd[NFDS]; uint16_t port[NFDS];
     dlc_client *client; dlc_crypto *crypto;
     uint8_t *buf, *plain, *batch;
-    float *data, *out;
+    float *data, *out, sparse[SPARSE_ELEMENTS], work[SPARSE_ELEMENTS];
     int cfg, auth; size_t elements;
     unsigned long sent;      /* non-empty datagrams sent to the client in this input */
     size_t pending; int pending_sends;
@@ -138,6 +145,8 @@ static void init(void) {
     if (!S.crypto || !S.buf || !S.plain || !S.batch || !S.data || !S.out)
         fail("out of memory", 0, 0);
     for (int i = 0; i < ELEMENTS_MANY; i++) S.data[i] = (float)(i % 7 - 3) * 0.25f;
+    for (int i = 0; i < SPARSE_ELEMENTS; i++)   /* socket_corpus.sparse_data(0) */
+        S.sparse[i] = (i / SPARSE_BLOCK) % 3 == 0 ? (float)(i % 7 - 3) * 0.25f : 0.0f;
     atexit(teardown);
 }
 
@@ -179,8 +188,14 @@ static int waiting(int fd) {
 
 /* -- the client ------------------------------------------------------------------------ */
 static void client_begin(void) {
-    if (dlc_client_begin(S.client, S.data, S.out, S.elements, dlc_now()))
+    if (S.cfg & CFG_SPARSE) {   /* on a copy: the op clears signed zeros of absent blocks */
+        memcpy(S.work, S.sparse, sizeof S.work);
+        if (dlc_client_begin_sparse(S.client, S.work, S.out, SPARSE_ELEMENTS, SPARSE_BLOCK,
+                                    NULL, NULL, dlc_now()))
+            fail("dlc_client_begin_sparse failed", 0, 0);
+    } else if (dlc_client_begin(S.client, S.data, S.out, S.elements, dlc_now())) {
         fail("dlc_client_begin failed", 0, 0);
+    }
 }
 
 static void client_new(int cfg) {
