@@ -113,7 +113,8 @@ def test_closing_with_an_op_in_flight_fails_it_and_stops_the_thread(client):
 @pytest.mark.parametrize("client", ["native", "python"])
 def test_a_send_the_kernel_refuses_fails_the_op_with_its_reason(client):
     """A datagram to port 0 is refused by the kernel (EINVAL; nothing is sent): the op
-    fails at once with the address and the system's reason, and the transport goes on."""
+    fails at once with the address and the system's reason (and the transport is broken:
+    later ops fail with it too)."""
     if client == "native" and not available():
         pytest.skip("native library not built")
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -129,6 +130,8 @@ def test_a_send_the_kernel_refuses_fails_the_op_with_its_reason(client):
                                  r"argument$"):
             fut.wait()
         assert time.monotonic() - t0 < 5.0
+        with pytest.raises(ExchangeError, match="cannot send to the switch"):
+            transport.submit(Request(torch.ones(10))).wait()
     finally:
         transport.close()
         sock.close()

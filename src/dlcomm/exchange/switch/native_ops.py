@@ -11,6 +11,7 @@ whichever client runs. Failures are reported in window.py's words.
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Callable
@@ -151,6 +152,8 @@ class NativeOps:
             return switch_error(addr, err.text)
         if err.kind == E_PLAN:
             return ExchangeError(err.text.decode(errors="replace"))
+        if err.kind == E_SOCKET and err.element == errno.EBADF:
+            return ExchangeError("a socket of this worker was closed under the all-reduce")
         if err.kind == E_SOCKET:
             return send_error(addr, os.strerror(err.element))
         if err.kind == E_NONFINITE:

@@ -664,7 +664,9 @@ static int dropped(dlc_client *c) {
     return 0;
 }
 
-/* Send outputs[from, to) (one address, one size) as one UDP_SEGMENT datagram. */
+/* Send outputs[from, to) (one address, one size) as one UDP_SEGMENT datagram: 0, 1 (the
+ * segments exceed the path's frame: send them plain), 2 (refused: no GSO on this path, or
+ * an address the kernel refuses either way; flush tells them apart), or -errno. */
 static int send_gso(dlc_client *c, int from, int to) {
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(c->outs[from].port),
                                .sin_addr.s_addr = htonl(c->outs[from].ip)};
@@ -693,7 +695,7 @@ static int send_gso(dlc_client *c, int from, int to) {
             poll(&pfd, 1, 10);
             continue;
         }
-        if (errno == EIO || errno == EINVAL) { c->gso = 0; return 1; }   /* no GSO: plain */
+        if (errno == EIO || errno == EINVAL) return 2;   /* no GSO here, or a bad address */
         if (errno == EMSGSIZE) { c->gso_max = seg; return 1; }   /* segments beyond a frame */
         return -errno;
     }
@@ -756,7 +758,12 @@ static int flush(dlc_client *c) {
                    total + seg <= 65000) { total += seg; j++; }
         if (j - i > 1) {
             r = send_gso(c, i, j);
-            if (r == 1) { r = send_plain(c, i, j); }
+            if (r == 2) {   /* plain sends that pass mean no GSO on this path */
+                r = send_plain(c, i, j);
+                if (r >= 0) c->gso = 0;
+            } else if (r == 1) {
+                r = send_plain(c, i, j);
+            }
         } else {
             r = send_plain(c, i, j);
         }
@@ -766,7 +773,10 @@ static int flush(dlc_client *c) {
     if (r >= 0) return 0;
     int shard = 0;   /* the shard of the output that failed (one address per send) */
     for (int s = 0; s < c->nshards; s++)
-        if (c->shards[s].ip == c->outs[at].ip && c->shards[s].port == c->outs[at].port) shard = s;
+        if (c->shards[s].ip == c->outs[at].ip && c->shards[s].port == c->outs[at].port) {
+            shard = s;
+            break;
+        }
     return socket_error(c, -r, shard);
 }
 
@@ -1146,7 +1156,7 @@ int dlc_client_begin_sparse(dlc_client *c, float *data, float *out, size_t n, in
                             const uint8_t *present_in, const uint8_t *negzero_in, double now) {
     if (block < 1 || c->k % block) return -2;
     if (dlc_client_begin(c, data, out, 0, now)) return -1;   /* frees the last op */
-    c->nouts = 0; c->used = 0;
+    c->nouts = 0; c->used = 0; c->epoch++;
     c->data = data; c->out = out; c->n = n; c->sparse = 1; c->block = block;
     c->m = c->k / block; c->words = (c->m + 31) / 32; c->union_blocks = 0;
     size_t b = (size_t)block, blocks = (n + b - 1) / b;
