@@ -48,6 +48,19 @@ def run_ranks(spec: str, mode: str, world: int = 3, numel: int = 50_000, seed: i
     return outs
 
 
+_CLEAN: dict[tuple[int, int], str] = {}
+
+
+def clean_checksum(service, seed: int, numel: int) -> str:
+    """The checksum of an undisturbed sum of ``seed``'s tensors (once per module: the
+    switch and the client do not change an exact sum)."""
+    if (seed, numel) not in _CLEAN:
+        outs = run_ranks(spec(service), "sum", seed=seed, numel=numel)
+        assert len({o.get("checksum") for o in outs}) == 1, outs
+        _CLEAN[(seed, numel)] = outs[0]["checksum"]
+    return _CLEAN[(seed, numel)]
+
+
 @pytest.fixture
 def switch():
     with running_switches("127.0.0.1", 1) as service:
@@ -195,7 +208,6 @@ def test_no_switch_running():
 
 def test_junk_and_forgeries_do_not_disturb_a_job(switch):
     """Garbage and forged packets at the switch while a job runs: the job stays exact."""
-    clean = run_ranks(spec(switch), "sum", seed=5)
     stop = time.monotonic() + 6
     forger = subprocess.Popen([sys.executable, "-c", f"""
 import socket, os, random, struct, time
@@ -217,7 +229,7 @@ while time.monotonic() < {stop}:
         attacked = run_ranks(spec(switch), "sum", seed=5)
     finally:
         forger.wait(timeout=30)
-    assert {o["checksum"] for o in attacked} == {clean[0]["checksum"]}
+    assert {o["checksum"] for o in attacked} == {clean_checksum(switch, 5, 50_000)}
     counters = stats_of(switch)["counters"]
     dropped = sum(v for k, v in counters.items() if k.startswith("drop_"))
     assert dropped > 100
@@ -273,53 +285,89 @@ def _worker_udp_ports() -> set[int]:
     return ports
 
 
+class _GsoJunk:
+    """A neighbour on the host sending ``ports()`` GSO batches of junk and of header-shaped
+    forgeries of ``typ`` (odd segment sizes, short last segments), from a thread, until
+    stopped: the ports it hit, one entry per batch sent."""
+
+    def __init__(self, ports, typ: int, worker: int) -> None:
+        import random
+        import threading
+
+        self.ports, self.typ, self.worker = ports, typ, worker
+        self.rng, self.hits = random.Random(3), []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._blast)
+
+    def __enter__(self) -> _GsoJunk:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def _batch(self) -> tuple[int, bytes]:
+        from dlcomm.wire.packet import Header, encode
+
+        rng = self.rng
+        seg = rng.choice([1, 7, 33, 500, 1400, 4096, 8000])
+        count = rng.randint(1, min(8, 64_000 // seg))
+        if rng.random() < 0.5:
+            return seg, os.urandom(seg * count - rng.randint(0, seg - 1))
+        hdr = Header(self.typ, rng.randint(0, 8), self.worker, rng.randint(0, 3), 1000,
+                     rng.randint(0, 40), 0, 20, rng.getrandbits(64))
+        one = (encode(hdr, os.urandom(max(0, seg - 32))) + os.urandom(16))[:seg]
+        return seg, one * count
+
+    def _blast(self) -> None:
+        udp_segment = getattr(socket, "UDP_SEGMENT", 103)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+            while not self.stop.is_set():
+                for port in self.ports():
+                    seg, body = self._batch()
+                    try:
+                        tx.setsockopt(socket.SOL_UDP, udp_segment, seg)
+                        tx.sendto(body, ("127.0.0.1", port))
+                        self.hits.append(port)
+                    except OSError:
+                        pass
+                time.sleep(0.002)
+
+
 @pytest.mark.parametrize("client", ["native", "python"])
 def test_junk_batches_at_the_workers_do_not_disturb_a_job(switch, client):
     """A neighbour on the host sends the workers' UDP sockets (their own and the group's)
     GSO batches of junk and of header-shaped forgeries, with odd segment sizes and short
     last segments, while they all-reduce: the batches arrive whole (GRO) and are cut and
     refused, and the sums stay exact."""
-    import random
-    import threading
+    from dlcomm.wire.packet import RESULT, SWITCH_RANK
 
-    from dlcomm.wire.packet import RESULT, SWITCH_RANK, Header, encode
-
-    udp_segment = getattr(socket, "UDP_SEGMENT", 103)
     NUMEL = 4_000_000  # noqa: N806
-    clean = run_ranks(spec(switch, client=client), "sum", seed=7, numel=NUMEL)
-    stop, hits = threading.Event(), []
-
-    def blast() -> None:
-        rng = random.Random(3)
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
-            while not stop.is_set():
-                for port in _worker_udp_ports():
-                    seg = rng.choice([1, 7, 33, 500, 1400, 4096, 8000])
-                    count = rng.randint(1, min(8, 64_000 // seg))
-                    if rng.random() < 0.5:
-                        body = os.urandom(seg * count - rng.randint(0, seg - 1))
-                    else:
-                        hdr = Header(RESULT, rng.randint(0, 8), SWITCH_RANK, rng.randint(0, 3),
-                                     1000, rng.randint(0, 40), 0, 20, rng.getrandbits(64))
-                        one = (encode(hdr, os.urandom(max(0, seg - 32))) + os.urandom(16))[:seg]
-                        body = one * count
-                    try:
-                        tx.setsockopt(socket.SOL_UDP, udp_segment, seg)
-                        tx.sendto(body, ("127.0.0.1", port))
-                        hits.append(port)
-                    except OSError:
-                        pass
-                time.sleep(0.002)
-
-    attacker = threading.Thread(target=blast)
-    attacker.start()
-    try:
+    with _GsoJunk(_worker_udp_ports, RESULT, SWITCH_RANK) as junk:
         attacked = run_ranks(spec(switch, client=client), "sum", seed=7, numel=NUMEL)
-    finally:
-        stop.set()
-        attacker.join()
     failed = [o.get("error") for o in attacked if "checksum" not in o]
     assert not failed, failed
-    assert {o["checksum"] for o in attacked} == {clean[0]["checksum"]}
-    assert len(hits) > 100
+    assert {o["checksum"] for o in attacked} == {clean_checksum(switch, 7, NUMEL)}
+    assert len(junk.hits) > 100
     assert sum(o["stats"]["refused"] for o in attacked) > 0   # junk reached the ops
+
+
+def test_junk_batches_at_the_switch_do_not_disturb_a_job(switch):
+    """The same neighbour sends the switch's data port GSO batches of junk and of DATA
+    forgeries while a job all-reduces: the switch cuts the batches (GRO) and drops every
+    datagram of them, and the sums stay exact."""
+    from dlcomm.wire.packet import DATA
+
+    NUMEL = 4_000_000  # noqa: N806
+    before = stats_of(switch)["counters"]
+    port = switch.addresses[0][1]   # the data plane's UDP port is the control port's number
+    with _GsoJunk(lambda: [port], DATA, 1) as junk:
+        attacked = run_ranks(spec(switch), "sum", seed=7, numel=NUMEL)
+    failed = [o.get("error") for o in attacked if "checksum" not in o]
+    assert not failed, failed
+    assert {o["checksum"] for o in attacked} == {clean_checksum(switch, 7, NUMEL)}
+    assert len(junk.hits) > 100
+    after = stats_of(switch)["counters"]
+    dropped = sum(after[k] - before.get(k, 0) for k in after if k.startswith("drop_"))
+    assert dropped > 100
