@@ -220,8 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.NoArgsIsHelpError as exc:
         click.echo(exc.ctx.get_help() if exc.ctx else "dlcomm --help")
         return 0
-    except click.Abort:
-        print("dlcomm: error: aborted", file=sys.stderr)
+    except click.Abort:   # click's form of a Ctrl-C (or of EOF at a prompt)
+        print("dlcomm: error: interrupted", file=sys.stderr)
         return 130
     except click.ClickException as exc:
         print(f"dlcomm: error: {exc.format_message()}", file=sys.stderr)
