@@ -32,7 +32,7 @@ def main(spec: str, mode: str, numel: int, seed: int = 0) -> None:
         if mode == "die" and rank == 2:
             os._exit(0)  # no goodbye: the switch sees the control connection drop
         if mode == "hang" and rank == 2:
-            time.sleep(12)
+            time.sleep(7)   # past the test's 3 s deadline, then gone
             os._exit(0)
         start = time.perf_counter()
         reps = 0
