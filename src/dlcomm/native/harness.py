@@ -11,12 +11,16 @@ either target (:data:`TARGETS`):
   runs the target once on every file (or directory of files) it is given;
 - :func:`build_fuzzer`: ``dlc_fuzz`` (``dlc_fuzz_sockets``), with clang's libFuzzer where
   clang is on PATH, else gcc with cov_fuzz.c (coverage through
-  -fsanitize-coverage=trace-pc), both under the same sanitizers.
+  -fsanitize-coverage=trace-pc), both under the same sanitizers;
+- :func:`build_threads`: ``dlc_threads``, the library and threads_main.c under
+  ThreadSanitizer: a switch's serving threads, load generators, the slow path's reader and
+  the control plane's calls at once, on loopback.
 
 A missing compiler or missing OpenSSL headers is a one-line :class:`ConfigError`. Usage::
 
     python -m dlcomm.native.harness sanitized OUT_DIR   # prints the binary's path
     python -m dlcomm.native.harness fuzzer OUT_DIR [--target sockets]
+    python -m dlcomm.native.harness threads OUT_DIR
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from pathlib import Path
 
 from dlcomm.errors import ConfigError
 
-__all__ = ["build_sanitized", "build_fuzzer", "sanitizer_env", "CSRC", "HARNESS", "TARGETS"]
+__all__ = ["build_sanitized", "build_fuzzer", "build_threads", "sanitizer_env", "threads_env",
+           "CSRC", "HARNESS", "TARGETS"]
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 HARNESS = CSRC / "harness"
@@ -94,6 +99,24 @@ def build_sanitized(out_dir: str | Path, target_name: str = "datagrams") -> Path
     return target
 
 
+def build_threads(out_dir: str | Path) -> Path:
+    """``out_dir/dlc_threads``: threads_main.c and the library under ThreadSanitizer (its
+    report ends the run with exit code 66 under :func:`threads_env`)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cc = _compiler("gcc")
+    target = out / "dlc_threads"
+    sources = [*library_sources(), HARNESS / "threads_main.c"]
+    _run([cc, *COMMON, "-fsanitize=thread", *map(str, sources), "-o", str(target), *LIBS],
+         target)
+    return target
+
+
+def threads_env() -> dict[str, str]:
+    """ThreadSanitizer's options: the first report ends the run, exit code 66."""
+    return {"TSAN_OPTIONS": "halt_on_error=1:exitcode=66"}
+
+
 def build_fuzzer(out_dir: str | Path, prefer_clang: bool = True,
                  target_name: str = "datagrams") -> Path:
     """``out_dir/dlc_fuzz``: libFuzzer's (clang) or cov_fuzz.c's (gcc) coverage-guided
@@ -121,15 +144,19 @@ def build_fuzzer(out_dir: str | Path, prefer_clang: bool = True,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dlcomm.native.harness",
                                      description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("kind", choices=("sanitized", "fuzzer"))
+    parser.add_argument("kind", choices=("sanitized", "fuzzer", "threads"))
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--gcc", action="store_true", help="the gcc fuzzer even if clang exists")
     parser.add_argument("--target", choices=sorted(TARGETS), default="datagrams",
                         help="what the harness drives (default: datagrams)")
     args = parser.parse_args(argv)
     try:
-        path = build_sanitized(args.out_dir, args.target) if args.kind == "sanitized" else \
-            build_fuzzer(args.out_dir, prefer_clang=not args.gcc, target_name=args.target)
+        if args.kind == "threads":
+            path = build_threads(args.out_dir)
+        elif args.kind == "sanitized":
+            path = build_sanitized(args.out_dir, args.target)
+        else:
+            path = build_fuzzer(args.out_dir, prefer_clang=not args.gcc, target_name=args.target)
     except ConfigError as exc:
         parser.exit(2, f"dlcomm: error: {exc}\n")
     print(path)

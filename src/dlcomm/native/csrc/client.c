@@ -177,7 +177,7 @@ static int32_t exp_of_bits(uint32_t peak) {   /* the exponent of a peak's bits (
     return e;
 }
 
-__attribute__((target_clones("avx2", "default")))
+DLC_CLONES
 static int32_t chunk_exp(const float *restrict x, size_t n) {
     const uint32_t *restrict b = (const uint32_t *)(const void *)x;
     uint32_t peak = 0;
@@ -191,7 +191,7 @@ static int32_t chunk_exp(const float *restrict x, size_t n) {
 /* q = rint(x * 2^s) clamped to +-limit, s = 31 - L - e_max (wire/quant.quantize). In float32
  * when 2^s is a normal float (the product is then exact, as numpy's ldexp): eight lanes; else
  * in double (tiny exponents), where the product is exact too. */
-__attribute__((target_clones("avx2", "default")))
+DLC_CLONES
 static void quantize_into(int32_t *restrict q, const float *restrict x, size_t n, int e_max,
                           int log2n, int32_t limit) {
     if (e_max == EXP_ZERO) { memset(q, 0, 4 * n); return; }
@@ -226,7 +226,7 @@ static void quantize_into(int32_t *restrict q, const float *restrict x, size_t n
 /* out = float32(t) * 2^-s (wire/quant.dequantize_into): one rounding of the sum to float32,
  * then an exact scaling (or one more rounding where the result is subnormal or overflows, as
  * numpy's ldexp in float32 does). */
-__attribute__((target_clones("avx2", "default")))
+DLC_CLONES
 static void dequantize_into(float *restrict out, const int32_t *restrict t, size_t n, int e_max,
                             int log2n) {
     if (e_max == EXP_ZERO) { memset(out, 0, 4 * n); return; }
@@ -914,7 +914,7 @@ void dlc_sparse_dequantize(float *out, size_t n, int b, int m, const int64_t *gr
  * infinities order above every finite magnitude), whether it holds a value other than +-0
  * (NaN included), and whether it holds only +-0 with at least one -0.0 (wire/sparse.py's
  * present_blocks and block_peaks in one read). The partial last block counts too. */
-__attribute__((target_clones("avx2", "default")))
+DLC_CLONES
 void dlc_sparse_scan(const float *x, size_t n, int b, uint8_t *present, uint8_t *negative_zero,
                      float *peaks) {
     const uint32_t *restrict u = (const uint32_t *)(const void *)x;

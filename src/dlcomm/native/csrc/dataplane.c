@@ -54,7 +54,7 @@ static int64_t next_of(int64_t current, uint32_t seq) {
 }
 
 static int drop(dlc_ctx *ctx, dlc_job *job, int reason) {
-    ctx->counters[reason]++;
+    DLC_BUMP(ctx->counters[reason], 1);
     if (job) ADD(job->counters[reason], 1);
     return 0;
 }
@@ -150,7 +150,7 @@ void dlc_sendmmsg_all(dlc_ctx *ctx, int fd, dlc_out *outs, int n) {
         if (ctx->drop_rate > 0) {
             ctx->rng ^= ctx->rng << 13; ctx->rng ^= ctx->rng >> 7; ctx->rng ^= ctx->rng << 17;
             if ((ctx->rng >> 11) * 0x1.0p-53 < ctx->drop_rate) {
-                ctx->counters[C_drop_injected_out]++;
+                DLC_BUMP(ctx->counters[C_drop_injected_out], 1);
                 continue;
             }
         }
@@ -167,16 +167,16 @@ void dlc_sendmmsg_all(dlc_ctx *ctx, int fd, dlc_out *outs, int n) {
     }
     int done = 0;
     while (done < m) {
-        ctx->counters[C_send_calls]++;
+        DLC_BUMP(ctx->counters[C_send_calls], 1);
         int r = sendmmsg(fd, msgs + done, (unsigned)(m - done), 0);
         if (r <= 0) {   /* the message at `done` failed: count it and go on with the rest */
-            ctx->counters[C_send_errors]++;
+            DLC_BUMP(ctx->counters[C_send_errors], 1);
             done++;
             continue;
         }
         for (int i = done; i < done + r; i++) {
-            ctx->counters[C_packets_out]++;
-            ctx->counters[C_bytes_out] += msgs[i].msg_len;
+            DLC_BUMP(ctx->counters[C_packets_out], 1);
+            DLC_BUMP(ctx->counters[C_bytes_out], msgs[i].msg_len);
         }
         done += r;
     }
@@ -186,7 +186,7 @@ static int injected_drop(dlc_ctx *ctx) {
     if (ctx->drop_rate <= 0) return 0;
     ctx->rng ^= ctx->rng << 13; ctx->rng ^= ctx->rng >> 7; ctx->rng ^= ctx->rng << 17;
     if ((ctx->rng >> 11) * 0x1.0p-53 < ctx->drop_rate) {
-        ctx->counters[C_drop_injected_out]++;
+        DLC_BUMP(ctx->counters[C_drop_injected_out], 1);
         return 1;
     }
     return 0;
@@ -209,29 +209,29 @@ static void gso_send(dlc_ctx *ctx, dlc_gso *b) {
         uint16_t g = (uint16_t)b->seg;
         memcpy(CMSG_DATA(c), &g, sizeof g);
     }
-    ctx->counters[C_send_calls]++;
+    DLC_BUMP(ctx->counters[C_send_calls], 1);
     ssize_t r = sendmsg(ctx->send_fd, &m, 0);
     if (r < 0 && b->count > 1 && errno == EMSGSIZE) {   /* segments beyond the path's frame */
         m.msg_control = NULL; m.msg_controllen = 0;
         size_t sent = 0;
         for (int i = 0; i < b->count; i++) {   /* one datagram each, as without GSO */
             iov.iov_base = b->buf + (size_t)i * b->seg; iov.iov_len = b->seg;
-            ctx->counters[C_send_calls]++;
+            DLC_BUMP(ctx->counters[C_send_calls], 1);
             ssize_t one = sendmsg(ctx->send_fd, &m, 0);
-            if (one < 0) ctx->counters[C_send_errors]++;
-            else { ctx->counters[C_packets_out]++; sent += (size_t)one; }
+            if (one < 0) DLC_BUMP(ctx->counters[C_send_errors], 1);
+            else { DLC_BUMP(ctx->counters[C_packets_out], 1); sent += (size_t)one; }
         }
-        ctx->counters[C_bytes_out] += sent;
+        DLC_BUMP(ctx->counters[C_bytes_out], sent);
         b->count = 0; b->used = 0;
         return;
     }
     if (r < 0) {
-        ctx->counters[C_send_errors] += (uint64_t)b->count;
+        DLC_BUMP(ctx->counters[C_send_errors], (uint64_t)b->count);
         if (b->count > 1 && (errno == EIO || errno == EINVAL)) ctx->gso = 0;   /* no GSO */
     } else {
-        ctx->counters[C_packets_out] += (uint64_t)b->count;
-        ctx->counters[C_bytes_out] += (uint64_t)r;
-        if (b->count > 1) ctx->counters[C_gso_segments] += (uint64_t)b->count;
+        DLC_BUMP(ctx->counters[C_packets_out], (uint64_t)b->count);
+        DLC_BUMP(ctx->counters[C_bytes_out], (uint64_t)r);
+        if (b->count > 1) DLC_BUMP(ctx->counters[C_gso_segments], (uint64_t)b->count);
     }
     b->count = 0; b->used = 0;
 }
@@ -264,7 +264,7 @@ static void gso_add(dlc_ctx *ctx, uint32_t ip, uint16_t port, const uint8_t *fra
  * UDP_SEGMENT send per address at the end of the batch (small results); else copied to
  * the outputs (the pure API). */
 static int complete(dlc_ctx *ctx, dlc_job *job, int slot, dlc_copy *c) {
-    ctx->counters[C_completions]++;
+    DLC_BUMP(ctx->counters[C_completions], 1);
     ADD(job->counters[C_completions], 1);
     if (c->sparse && dlc_sparse_finish(job, &job->slots[slot], c))
         return drop(ctx, job, C_send_errors);   /* out of memory */
@@ -320,7 +320,7 @@ static int error_reply(dlc_ctx *ctx, dlc_job *job, const dlc_hdr *hdr, size_t si
     if ((long)tlen > room) tlen = (size_t)room;
     dlc_hdr err = {.type = T_ERROR, .job = job->id, .worker = DLC_SWITCH_RANK,
                    .slot = hdr->slot, .seq = hdr->seq, .tsi = hdr->tsi};
-    ctx->counters[C_errors_sent]++;
+    DLC_BUMP(ctx->counters[C_errors_sent], 1);
     return emit(ctx, job, &err, hdr->worker, (const uint8_t *)text, tlen, ip, port);
 }
 
@@ -358,7 +358,7 @@ static int mismatch(dlc_ctx *ctx, dlc_job *job, const dlc_hdr *hdr, const dlc_co
 
 /* A dense payload's values, checked against the job's limit, then added (or copied). Built
  * for AVX2 too where the CPU has it (one binary, chosen at load: target_clones). */
-__attribute__((target_clones("avx2", "default")))
+DLC_CLONES
 static int check_add(uint32_t *restrict acc, const int32_t *restrict v, int n, int32_t limit,
                      int first) {
     int32_t hi = 0, lo = 0;
@@ -384,7 +384,7 @@ static int add_dense(dlc_copy *c, const uint8_t *payload, int n, int32_t limit, 
 static int probe(dlc_ctx *ctx, dlc_job *job, const dlc_hdr *hdr, dlc_copy *c, size_t size,
                  uint32_t ip, uint16_t port) {
     uint64_t all = job->workers == 64 ? ~0ull : (1ull << job->workers) - 1;
-    ctx->counters[C_probes]++;
+    DLC_BUMP(ctx->counters[C_probes], 1);
     if ((int64_t)hdr->seq != c->seq) {
         if ((int64_t)hdr->seq != next_of(c->seq, hdr->seq))
             return drop(ctx, job, C_drop_out_of_order);
@@ -392,7 +392,7 @@ static int probe(dlc_ctx *ctx, dlc_job *job, const dlc_hdr *hdr, dlc_copy *c, si
     }
     int done = c->remaining == 0;
     if (done && (hdr->flags & F_RESEND)) {
-        ctx->counters[C_resent_results]++;
+        DLC_BUMP(ctx->counters[C_resent_results], 1);
         return resend(ctx, job, hdr->slot, c, hdr->worker, size, ip, port);
     }
     return status(ctx, job, hdr->slot, (uint32_t)c->seq, c->expected & ~c->bitmap, done,
@@ -419,7 +419,7 @@ static int round_of(dlc_ctx *ctx, dlc_job *job, const dlc_hdr *hdr, const uint8_
     }
     uint64_t bit = 1ull << hdr->worker;
     if (c->bitmap & bit) {
-        ctx->counters[C_retransmissions]++;
+        DLC_BUMP(ctx->counters[C_retransmissions], 1);
         ADD(job->counters[C_retransmissions], 1);
         if (c->remaining == 0) return resend(ctx, job, hdr->slot, c, hdr->worker, size, ip, port);
         return status(ctx, job, hdr->slot, (uint32_t)c->seq, c->expected & ~c->bitmap, 0,
@@ -493,7 +493,7 @@ int dlc_process(dlc_ctx *ctx, uint8_t *data, size_t len, uint32_t ip, uint16_t p
                 double now) {
     dlc_hdr hdr;
     if (len < DLC_HDR) {
-        ctx->counters[C_packets_in]++; ctx->counters[C_bytes_in] += len;
+        DLC_BUMP(ctx->counters[C_packets_in], 1); DLC_BUMP(ctx->counters[C_bytes_in], len);
         return drop(ctx, NULL, C_drop_truncated);
     }
     dlc_hdr_unpack(data, &hdr);
@@ -503,11 +503,11 @@ int dlc_process(dlc_ctx *ctx, uint8_t *data, size_t len, uint32_t ip, uint16_t p
     if (job && job->python) {
         int full = dlc_slow_push(sw, data, len, ip, port);
         pthread_rwlock_unlock(&sw->lock);
-        ctx->counters[full ? C_drop_slow_full : C_slow_path]++;
+        DLC_BUMP(ctx->counters[full ? C_drop_slow_full : C_slow_path], 1);
         return -1;
     }
-    ctx->counters[C_packets_in]++;
-    ctx->counters[C_bytes_in] += len;
+    DLC_BUMP(ctx->counters[C_packets_in], 1);
+    DLC_BUMP(ctx->counters[C_bytes_in], len);
     int r;
     if (hdr.magic != DLC_MAGIC) r = drop(ctx, NULL, C_drop_foreign);
     else if (hdr.version != DLC_VERSION) r = drop(ctx, NULL, C_drop_version);

@@ -19,6 +19,21 @@
 #define DLC_MAGIC 0xD1C0
 #define DLC_VERSION 2
 #define DLC_MAX_DGRAM 65507
+
+/* A counter of one thread's context, which other threads read (dlc_counters): its one
+ * writer adds by a relaxed atomic load and store (plain moves on x86-64, no locked add), so
+ * no reader races with it. */
+#define DLC_BUMP(counter, n) \
+    __atomic_store_n(&(counter), __atomic_load_n(&(counter), __ATOMIC_RELAXED) + (uint64_t)(n), \
+                     __ATOMIC_RELAXED)
+
+/* The hot loops are built for AVX2 too and chosen at load (target_clones), except under
+ * ThreadSanitizer: its instrumentation of the ifunc resolvers runs before its runtime. */
+#if defined(__SANITIZE_THREAD__)
+#define DLC_CLONES
+#else
+#define DLC_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
 #define DLC_SWITCH_RANK 0xFFFF
 #define DLC_MAX_WORKERS 64      /* native jobs: a bitmap of 64 ranks; larger jobs run in Python */
 #define DLC_WINDOW_BITS 4096    /* replay window (wire/auth.ReplayWindow) */

@@ -44,10 +44,10 @@ long dlc_slow_next(dlc_switch *sw, uint8_t *buf, size_t cap, uint32_t *ip, uint1
     until.tv_sec += until.tv_nsec / 1000000000L;
     until.tv_nsec %= 1000000000L;
     pthread_mutex_lock(&sw->slow_mu);
-    while (!sw->slow_head && !sw->stopping &&
+    while (!sw->slow_head && !__atomic_load_n(&sw->stopping, __ATOMIC_ACQUIRE) &&
            pthread_cond_timedwait(&sw->slow_cv, &sw->slow_mu, &until) == 0) {}
     struct dlc_slow *s = sw->slow_head;
-    long r = sw->stopping ? -1 : 0;
+    long r = __atomic_load_n(&sw->stopping, __ATOMIC_ACQUIRE) ? -1 : 0;
     if (s) {
         sw->slow_head = s->next;
         if (!sw->slow_head) sw->slow_tail = NULL;

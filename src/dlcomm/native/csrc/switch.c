@@ -202,7 +202,7 @@ int dlc_take_failures(dlc_switch *sw, uint16_t *ids, int cap, int timeout_ms) {
     until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
     if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
     pthread_mutex_lock(&sw->fail_mu);
-    while (!sw->nfail && !sw->stopping &&
+    while (!sw->nfail && !__atomic_load_n(&sw->stopping, __ATOMIC_ACQUIRE) &&
            pthread_cond_timedwait(&sw->fail_cv, &sw->fail_mu, &until) == 0) {}
     int n = sw->nfail < cap ? sw->nfail : cap;
     memcpy(ids, sw->fail_ids, (size_t)n * 2);
@@ -264,7 +264,7 @@ void dlc_counters(dlc_switch *sw, uint64_t *out) {
 
 void dlc_stop(dlc_switch *sw) {
     pthread_mutex_lock(&sw->slow_mu);
-    sw->stopping = 1;
+    __atomic_store_n(&sw->stopping, 1, __ATOMIC_RELEASE);   /* the loops read it unlocked */
     pthread_cond_broadcast(&sw->slow_cv);
     pthread_mutex_unlock(&sw->slow_mu);
     pthread_mutex_lock(&sw->fail_mu);
@@ -323,7 +323,7 @@ int dlc_serve(dlc_switch *sw, int fd, double drop_rate, uint64_t seed, int use_g
     for (;;) {
         if (__atomic_load_n(&sw->stopping, __ATOMIC_ACQUIRE)) break;
         dlc_rx_prepare(msgs, iovs, addrs, gro ? ctrl : NULL, bufs, RXBUF, BATCH);
-        ctx->counters[C_recv_calls]++;
+        DLC_BUMP(ctx->counters[C_recv_calls], 1);
         int n = recvmmsg(fd, msgs, BATCH, MSG_DONTWAIT, NULL);
         if (n < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
@@ -331,7 +331,7 @@ int dlc_serve(dlc_switch *sw, int fd, double drop_rate, uint64_t seed, int use_g
                 continue;
             }
             if (errno == EBADF || errno == ENOTSOCK) break;
-            ctx->counters[C_recv_errors]++;
+            DLC_BUMP(ctx->counters[C_recv_errors], 1);
             poll(&pfd, 1, 10);
             continue;
         }
@@ -344,10 +344,10 @@ int dlc_serve(dlc_switch *sw, int fd, double drop_rate, uint64_t seed, int use_g
             uint8_t *base = bufs + (size_t)i * RXBUF;
             for (size_t off = 0; off < len; off += seg) {
                 size_t part = len - off < seg ? len - off : seg;
-                if (seg < len) ctx->counters[C_gro_segments]++;
+                if (seg < len) DLC_BUMP(ctx->counters[C_gro_segments], 1);
                 if (drop_rate > 0) {
                     ctx->rng ^= ctx->rng << 13; ctx->rng ^= ctx->rng >> 7; ctx->rng ^= ctx->rng << 17;
-                    if ((ctx->rng >> 11) * 0x1.0p-53 < drop_rate) { ctx->counters[C_drop_injected_in]++; continue; }
+                    if ((ctx->rng >> 11) * 0x1.0p-53 < drop_rate) { DLC_BUMP(ctx->counters[C_drop_injected_in], 1); continue; }
                 }
                 if (ctx->outs.n >= DLC_MAX_OUTS - 1 || ctx->outs.used + RXBUF + 64 > ctx->outs.cap) {
                     dlc_sendmmsg_all(ctx, fd, ctx->outs.out, ctx->outs.n);
