@@ -62,6 +62,9 @@ bench: $(STAMP)
 	$(PY) -m dlcomm.native.harness sanitized build/fuzz --target sockets
 	build/fuzz/dlc_fuzz_sockets -t 300 -s 1 -H 1 -o build/fuzz/socket-found build/fuzz/socket-seeds
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 build/fuzz/dlc_replay_sockets build/fuzz/socket-seeds build/fuzz/socket-found
+	# the switch's threads under ThreadSanitizer, 20 s (tests/native/test_threads.py runs 1 s)
+	$(PY) -m dlcomm.native.harness threads build/fuzz
+	TSAN_OPTIONS=halt_on_error=1:exitcode=66 build/fuzz/dlc_threads 20
 	$(DL) bench switch --json $(BENCH)/switch-rate.json --plot $(BENCH)/switch-rate.png
 	# the c10d backend against the DDP hook, the same job (emulated: root)
 	$(DL) bench backend --reps 3 --workload digits-cnn --workers 4 --epochs 2 --exchange switch $(NET) --json $(BENCH)/backend.json

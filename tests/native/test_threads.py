@@ -1,6 +1,7 @@
 """The native switch's threads under ThreadSanitizer (csrc/harness/threads_main.c): two
-serving threads on one port, load generators playing three jobs' workers (MAC, encrypted,
-one of the Python dataplane whose datagrams a reader thread takes from the slow path), and
+serving threads on one port, load generators playing four jobs' workers (MAC, encrypted,
+sparse, one of the Python dataplane whose datagrams a reader thread takes from the slow
+path), and
 the control plane's calls meanwhile (counters, job info, failures, a job added and removed
 over and over, a job removed while its workers send). Any data race ends the run."""
 
@@ -30,7 +31,7 @@ def test_the_switch_threads_share_nothing_unsynchronised(tmp_path: Path):
     assert "WARNING: ThreadSanitizer" not in res.stderr, res.stderr[-6000:]
     assert res.returncode == 0, res.stderr[-3000:]
     rounds = {int(j): int(n) for j, n in re.findall(r"job (\d+): (\d+) rounds", res.stdout)}
-    assert rounds[1] > 100 and rounds[3] > 100, res.stdout   # the aggregating jobs ran
+    assert min(rounds[1], rounds[3], rounds[9]) > 100, res.stdout   # the aggregating jobs ran
     slow = re.search(r"(\d+) packets in, (\d+) to the slow path", res.stdout)
     assert slow and int(slow.group(1)) > 1000 and int(slow.group(2)) > 0, res.stdout
 

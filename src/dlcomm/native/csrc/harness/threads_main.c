@@ -3,10 +3,11 @@
  *
  *   - SERVERS threads serve one loopback port (SO_REUSEPORT sockets), as the switch's
  *     threads do (dlc_serve);
- *   - three load generators play the workers of three jobs at once (dlc_loadgen, as `dlcomm
- *     bench switch` does): job 1, 4 workers, MAC; job 3, 2 workers, encrypted; job 7, 2
- *     workers, a job of the Python dataplane, whose datagrams the loops queue for a reader
- *     thread (dlc_slow_next, as the Python dataplane's thread reads them);
+ *   - four load generators play the workers of four jobs at once (dlc_loadgen, as `dlcomm
+ *     bench switch` does): job 1, 4 workers, MAC; job 3, 2 workers, encrypted; job 9, 3
+ *     workers, a job of sparse rounds sent dense rounds (as `auto`'s dense runs are);
+ *     job 7, 2 workers, a job of the Python dataplane, whose datagrams the loops queue for
+ *     a reader thread (dlc_slow_next, as the Python dataplane's thread reads them);
  *   - a control thread does what the Python control plane does meanwhile: counters, job
  *     info, failures taken, a job added, made live and removed again, and job 3 removed
  *     while its workers still send (its packets then meet no job).
@@ -31,6 +32,7 @@ int dlc_job_add(dlc_switch *sw, int id, int workers, const uint32_t *ips, const 
                 uint32_t group_ip, uint16_t group_port, int python);
 int dlc_job_remove(dlc_switch *sw, int id);
 int dlc_job_set_live(dlc_switch *sw, int id, int live);
+int dlc_job_sparse(dlc_switch *sw, int id, int block);
 int dlc_job_info(dlc_switch *sw, int id, uint64_t *counters, double *last_packet,
                  char *failure, size_t cap, double now, uint64_t *waiting, double *since,
                  int *slot, int64_t *round);
@@ -50,7 +52,7 @@ int dlc_loadgen(const int *fds, int n, uint32_t sw_ip, uint16_t sw_port, uint16_
 #define SLOTS 16
 #define LOOPBACK 0x7F000001u
 
-typedef struct { int id, workers, auth, python; int fds[8]; uint16_t ports[8]; uint8_t keys[17 * 16]; } job_t;
+typedef struct { int id, workers, auth, python, block; int fds[8]; uint16_t ports[8]; uint8_t keys[17 * 16]; } job_t;
 
 static dlc_switch *SW;
 static uint16_t SW_PORT;
@@ -81,7 +83,8 @@ static void add_job(const job_t *j) {
     uint32_t ips[8];
     for (int r = 0; r < j->workers; r++) ips[r] = LOOPBACK;
     if (dlc_job_add(SW, j->id, j->workers, ips, j->ports, SLOTS, K, value_limit(j->workers),
-                    j->auth, j->keys, 0, 0, j->python) || dlc_job_set_live(SW, j->id, 1)) {
+                    j->auth, j->keys, 0, 0, j->python) ||
+        (j->block && dlc_job_sparse(SW, j->id, j->block)) || dlc_job_set_live(SW, j->id, 1)) {
         fprintf(stderr, "dlc_threads: cannot add job %d\n", j->id);
         exit(2);
     }
@@ -157,24 +160,28 @@ int main(int argc, char **argv) {
     int sfd[SERVERS];
     sfd[0] = udp(0, 1, &SW_PORT);
     for (int i = 1; i < SERVERS; i++) sfd[i] = udp(SW_PORT, 1, NULL);
-    static job_t big, small, slow, spare;
+    static job_t big, small, sparse, slow, spare;
     make_job(&big, 1, 4, AUTH_MAC);
     make_job(&small, 3, 2, AUTH_ENCRYPT);
+    make_job(&sparse, 9, 3, AUTH_MAC);
+    sparse.block = 32;
     make_job(&slow, 7, 2, AUTH_MAC);
     slow.python = 1;
     make_job(&spare, 5, 2, AUTH_MAC);
     add_job(&big);
     add_job(&small);
+    add_job(&sparse);
     add_job(&slow);
     long slow_taken = 0;
-    pthread_t servers[SERVERS], loads[3], ctl, reader;
+    pthread_t servers[SERVERS], loads[4], ctl, reader;
     for (int i = 0; i < SERVERS; i++) pthread_create(&servers[i], NULL, serve, &sfd[i]);
     pthread_create(&reader, NULL, slow_reader, &slow_taken);
     pthread_create(&ctl, NULL, control, &spare);
     pthread_create(&loads[0], NULL, load, &big);
     pthread_create(&loads[1], NULL, load, &small);
     pthread_create(&loads[2], NULL, load, &slow);
-    for (int i = 0; i < 3; i++) pthread_join(loads[i], NULL);
+    pthread_create(&loads[3], NULL, load, &sparse);
+    for (int i = 0; i < 4; i++) pthread_join(loads[i], NULL);
     __atomic_store_n(&DONE, 1, __ATOMIC_RELEASE);
     pthread_join(ctl, NULL);
     dlc_stop(SW);
@@ -186,6 +193,7 @@ int main(int argc, char **argv) {
            (unsigned long long)counters[C_packets_in], slow_taken);
     for (int i = 0; i < SERVERS; i++) close(sfd[i]);
     for (int r = 0; r < 4; r++) close(big.fds[r]);
+    for (int r = 0; r < 3; r++) close(sparse.fds[r]);
     for (int r = 0; r < 2; r++) { close(small.fds[r]); close(slow.fds[r]); close(spare.fds[r]); }
     dlc_switch_free(SW);
     return 0;
