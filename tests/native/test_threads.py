@@ -1,9 +1,9 @@
 """The native switch's threads under ThreadSanitizer (csrc/harness/threads_main.c): two
 serving threads on one port, load generators playing four jobs' workers (MAC, encrypted,
 sparse, one of the Python dataplane whose datagrams a reader thread takes from the slow
-path), and
-the control plane's calls meanwhile (counters, job info, failures, a job added and removed
-over and over, a job removed while its workers send). Any data race ends the run."""
+path), and the control plane's calls meanwhile (counters, job info, failures, a job added
+and removed over and over, a job removed while its workers send). Any data race ends the
+run."""
 
 from __future__ import annotations
 
