@@ -43,29 +43,9 @@
 #include <unistd.h>
 
 #include "../dlc.h"
+#include "api.h"
 #include "records.h"
 #include "../rx.h"
-
-typedef struct dlc_client dlc_client;   /* opaque here: client.c holds its layout */
-dlc_client *dlc_client_new(int fd, int rank, int workers, int k, int auth, double init_to,
-                           double min_to, double max_to, double deadline_s, double drop_rate,
-                           uint64_t seed);
-void dlc_client_free(dlc_client *c);
-int dlc_client_shard(dlc_client *c, uint32_t ip, uint16_t port, uint16_t job, int slots,
-                     const uint8_t *keys);
-int dlc_client_begin(dlc_client *c, const float *data, float *out, size_t n, double now);
-int dlc_client_begin_sparse(dlc_client *c, float *data, float *out, size_t n, int block,
-                            const uint8_t *present_in, const uint8_t *negzero_in, double now);
-void dlc_client_set_gso(dlc_client *c, int on);
-void dlc_client_set_results_fd(dlc_client *c, int fd);
-int dlc_client_done(const dlc_client *c);
-int dlc_client_run(dlc_client *c, double slice_s);
-void dlc_client_stats(const dlc_client *c, uint64_t *out);
-int dlc_client_error(const dlc_client *c, char *text, size_t cap, long *arg, int *shard,
-                     uint64_t *missing, int *slot, uint64_t *seq, double *idle, double now);
-#define E_SOCKET 6   /* client.c's: a socket's error failed the op */
-#define S_RECV 2     /* client.c's stats: datagrams received, and refused */
-#define S_REJECTED 6
 
 #define CFG_ENCRYPT 0x01
 #define CFG_RESULTS 0x02
@@ -224,7 +204,7 @@ static void run_slice(void) {
         uint64_t missing, seq;
         double idle;
         if (dlc_client_error(S.client, text, sizeof text, &arg, &shard, &missing, &slot, &seq,
-                             &idle, dlc_now()) == E_SOCKET)
+                             &idle, dlc_now()) == DLC_E_SOCKET)
             fail("the client's loop failed on loopback (errno)", arg, 0);
     }
     if (r) {
@@ -323,8 +303,9 @@ static void settle(void) {
         if (!waiting(S.fd[F_CLIENT]) && !waiting(S.fd[F_RESULTS])) break;
     }
     dlc_client_stats(S.client, stats);
-    if (stats[S_RECV] != S.sent) fail("the client counted another number of datagrams than it was sent",
-                                 (long)stats[2], (long)S.sent);
+    if (stats[DLC_S_RECV] != S.sent)
+        fail("the client counted another number of datagrams than it was sent",
+             (long)stats[DLC_S_RECV], (long)S.sent);
 }
 
 static void drain_all(void) {
@@ -345,7 +326,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         dlc_client_stats(S.client, stats);
         fprintf(stderr, "fuzz_socket: %lu records, %lu datagrams to the client, %lu from it "
                 "checked, ops done %lu, failed %lu, refused %llu\n", S.records, S.sent,
-                S.checked, S.ops_done, S.ops_failed, (unsigned long long)stats[S_REJECTED]);
+                S.checked, S.ops_done, S.ops_failed, (unsigned long long)stats[DLC_S_REJECTED]);
     }
     dlc_client_free(S.client);
     S.client = NULL;

@@ -30,31 +30,8 @@
 #include <string.h>
 
 #include "../dlc.h"
+#include "api.h"
 #include "records.h"
-
-/* Entry points of switch.c and client.c that dlc.h leaves to the ctypes binding. */
-int dlc_job_add(dlc_switch *sw, int id, int workers, const uint32_t *ips, const uint16_t *ports,
-                int slot_count, int k, int32_t limit, int auth, const uint8_t *keys,
-                uint32_t group_ip, uint16_t group_port, int python);
-int dlc_job_set_live(dlc_switch *sw, int id, int live);
-int dlc_job_sparse(dlc_switch *sw, int id, int block);
-int dlc_take_failures(dlc_switch *sw, uint16_t *ids, int cap, int timeout_ms);
-long dlc_slow_next(dlc_switch *sw, uint8_t *buf, size_t cap, uint32_t *ip, uint16_t *port,
-                   int timeout_ms);
-typedef struct dlc_client dlc_client;   /* opaque here: client.c holds its layout */
-dlc_client *dlc_client_new(int fd, int rank, int workers, int k, int auth, double init_to,
-                           double min_to, double max_to, double deadline_s, double drop_rate,
-                           uint64_t seed);
-void dlc_client_free(dlc_client *c);
-int dlc_client_shard(dlc_client *c, uint32_t ip, uint16_t port, uint16_t job, int slots,
-                     const uint8_t *keys);
-int dlc_client_begin(dlc_client *c, const float *data, float *out, size_t n, double now);
-void dlc_client_on_datagram(dlc_client *c, const uint8_t *buf, size_t len, uint32_t ip,
-                            uint16_t port, double now);
-void dlc_client_on_timeout(dlc_client *c, double now);
-int dlc_client_done(const dlc_client *c);
-double dlc_client_next_deadline(const dlc_client *c);
-long dlc_client_take(dlc_client *c, uint8_t *out, size_t cap);
 
 #define SEL_SEAL 0x80
 #define SEL_CLIENT 0x40
@@ -368,9 +345,6 @@ static void one_record(uint8_t sel, const uint8_t *bytes, size_t n) {
 #ifdef DLC_FUZZ_STATS
 /* -DDLC_FUZZ_STATS: the switch's non-zero counters after each input (which paths a corpus
  * reaches; the counters of dlc.h, cumulative over the inputs). */
-const char *dlc_counter_names(void);
-void dlc_counters(dlc_switch *sw, uint64_t *out);
-
 static void print_stats(void) {
     uint64_t c[C_COUNT];
     char names[2048];

@@ -26,26 +26,7 @@
 #include <unistd.h>
 
 #include "../dlc.h"
-
-int dlc_job_add(dlc_switch *sw, int id, int workers, const uint32_t *ips, const uint16_t *ports,
-                int slot_count, int k, int32_t limit, int auth, const uint8_t *keys,
-                uint32_t group_ip, uint16_t group_port, int python);
-int dlc_job_remove(dlc_switch *sw, int id);
-int dlc_job_set_live(dlc_switch *sw, int id, int live);
-int dlc_job_sparse(dlc_switch *sw, int id, int block);
-int dlc_job_info(dlc_switch *sw, int id, uint64_t *counters, double *last_packet,
-                 char *failure, size_t cap, double now, uint64_t *waiting, double *since,
-                 int *slot, int64_t *round);
-int dlc_take_failures(dlc_switch *sw, uint16_t *ids, int cap, int timeout_ms);
-void dlc_counters(dlc_switch *sw, uint64_t *out);
-void dlc_stop(dlc_switch *sw);
-long dlc_slow_next(dlc_switch *sw, uint8_t *buf, size_t cap, uint32_t *ip, uint16_t *port,
-                   int timeout_ms);
-int dlc_serve(dlc_switch *sw, int fd, double drop_rate, uint64_t seed, int use_gro,
-              int64_t *cpu_ns_out);
-int dlc_loadgen(const int *fds, int n, uint32_t sw_ip, uint16_t sw_port, uint16_t job, int k,
-                int slots, int auth, const uint8_t *keys, double seconds, int gso,
-                uint64_t *stats);
+#include "api.h"
 
 #define SERVERS 2
 #define K 256
