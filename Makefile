@@ -47,8 +47,8 @@ bench: $(STAMP)
 	$(PY) -m pytest -q -m "slow or bench"
 	$(DL) bench fidelity --json $(BENCH)/fidelity.json
 	$(DL) bench fuzz --json $(BENCH)/fuzz.json
-	# the native decoder: a coverage-guided campaign (libFuzzer where clang exists, else
-	# gcc's trace-pc driver) from a seed corpus, then the sanitizer replay of all it found
+	# the native decoder: a coverage-guided campaign (gcc's trace-pc driver; without --gcc,
+	# libFuzzer where clang exists) from a seed corpus, then the sanitizer replay of all it found
 	rm -rf build/fuzz && mkdir -p build/fuzz/seeds build/fuzz/found
 	$(PY) -c "from dlcomm.testing.native_corpus import write_corpus; write_corpus('build/fuzz/seeds', 3000, 1)"
 	$(PY) -m dlcomm.native.harness fuzzer build/fuzz --gcc

@@ -18,8 +18,8 @@ either target (:data:`TARGETS`):
 
 A missing compiler or missing OpenSSL headers is a one-line :class:`ConfigError`. Usage::
 
-    python -m dlcomm.native.harness sanitized OUT_DIR   # prints the binary's path
-    python -m dlcomm.native.harness fuzzer OUT_DIR [--target sockets]
+    python -m dlcomm.native.harness sanitized OUT_DIR [--target sockets]   # prints its path
+    python -m dlcomm.native.harness fuzzer OUT_DIR [--gcc] [--target sockets]
     python -m dlcomm.native.harness threads OUT_DIR
 """
 
@@ -147,9 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("kind", choices=("sanitized", "fuzzer", "threads"))
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--gcc", action="store_true", help="the gcc fuzzer even if clang exists")
-    parser.add_argument("--target", choices=sorted(TARGETS), default="datagrams",
-                        help="what the harness drives (default: datagrams)")
+    parser.add_argument("--target", choices=sorted(TARGETS), default=None,
+                        help="what the fuzz harness drives (default: datagrams)")
     args = parser.parse_args(argv)
+    if args.kind == "threads" and (args.target or args.gcc):
+        parser.error("threads takes no --target or --gcc")
+    args.target = args.target or "datagrams"
     try:
         if args.kind == "threads":
             path = build_threads(args.out_dir)

@@ -1,12 +1,13 @@
 /* A small coverage-guided fuzzer for gcc, where there is no libFuzzer: it drives the same
- * LLVMFuzzerTestOneInput (fuzz_target.c) that clang -fsanitize=fuzzer links with.
+ * LLVMFuzzerTestOneInput (fuzz_target.c or fuzz_socket.c) that clang -fsanitize=fuzzer
+ * links with.
  *
  * Coverage: the target and the library are built with -fsanitize-coverage=trace-pc, so gcc
  * calls __sanitizer_cov_trace_pc() at every basic block; this file (built without it) hashes
  * the caller's return address into an edge bitmap, AFL's way. An input whose run reaches an
  * edge, or an edge's hit-count bucket, not seen before joins the corpus (and -o DIR). Inputs
- * are mutated with a few generic moves and a few that know fuzz_target.c's records (u8
- * selector, u16 length, bytes) and the 32-byte header inside them.
+ * are mutated with a few generic moves and a few that know the targets' records (u8
+ * selector, u16 length, bytes; records.h) and the 32-byte header inside them.
  *
  * A crash (abort, a fault, or a sanitizer report: its death callback) writes the input to
  * DIR/crash-<execs> first; a run past -T seconds to DIR/timeout-<execs>. Exit: 0, or not 0

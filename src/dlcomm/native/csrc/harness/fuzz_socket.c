@@ -19,13 +19,14 @@
  *                   does); without it datagrams queue up and the next run drains them in
  *                   batches
  *             0x0F  how many datagrams: 0 none (time passes: a slice), 1 the bytes as one,
- *                   2-15 the bytes cut into that many equal pieces (the last shorter), each
+ *                   2-15 the bytes cut into pieces of ceil(n / count) bytes (the last
+ *                   shorter; so count pieces at most), each
  *                   sealed alone, sent as one UDP_SEGMENT batch: with UDP_GRO on, the client
  *                   receives it whole and must cut it back
  * Invariants (a broken one abort()s): every datagram the client sends reaches the switch's
  * socket only (never the stranger's), is a DATA of its job and rank, and its tag verifies
  * with the rank's up key (an output overwritten in the queue before it was sent would not);
- * the loop never fails on loopback; and once the input is done and its sockets drained, the
+ * no socket error (E_SOCKET) fails an op on loopback (ops may fail otherwise); and once the input is done and its sockets drained, the
  * client has counted every non-empty datagram sent to it, exactly once.
  *
  * The client runs on the real clock (timeouts of 5-50 ms, it gives up after 0.1 s without

@@ -1,6 +1,7 @@
-/* Runs a libFuzzer target (fuzz_target.c) once on every file named on the command line, and
- * on every regular file of a named directory (in name order): the sanitizer build's corpus
- * replay, and how a crash file is reproduced where no fuzzer is at hand.
+/* Runs a libFuzzer target (fuzz_target.c or fuzz_socket.c) once on every file named on the
+ * command line, and on every regular file of a named directory (in name order): the
+ * sanitizer build's corpus replay, and how a crash file is reproduced where no fuzzer is at
+ * hand.
  *
  *     dlc_replay [-v] FILE_OR_DIR...      exit 0 once every input ran */
 #include <dirent.h>
