@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -63,3 +64,29 @@ def test_ctrl_c_while_the_libraries_load_is_one_line(after_s, tmp_path):
     assert proc.returncode == 130, err
     assert len(err.splitlines()) == 1 and err.startswith("dlcomm: error: interrupted"), err
     assert not any(tmp_path.iterdir())
+
+
+def test_a_second_ctrl_c_ends_an_import_that_hangs(tmp_path):
+    """The first Ctrl-C while the libraries load is only noted (the import goes on); if the
+    import hangs, a second one ends the command at once, as interrupted."""
+    (tmp_path / "hangs.py").write_text("import time\nwhile True:\n    time.sleep(0.05)\n")
+    code = (f"import builtins, sys\nsys.path.insert(0, {str(tmp_path)!r})\n"
+            "import dlcomm.entry\nreal = builtins.__import__\n"
+            "def imp(name, *a, **k):\n"
+            "    if name == 'dlcomm.cli':\n        import hangs\n"
+            "    return real(name, *a, **k)\n"
+            "builtins.__import__ = imp\nraise SystemExit(dlcomm.entry.main())\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        assert proc.poll() is None                  # noted: the import goes on
+        proc.send_signal(signal.SIGINT)
+        err = proc.communicate(timeout=10)[1].strip()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130 and err == "dlcomm: error: interrupted", err

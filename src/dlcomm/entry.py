@@ -34,15 +34,22 @@ def main() -> int:
     # import code it is a C++ exception that ends the process by abort() ("terminate called
     # after throwing pybind11::error_already_set"), or it leaves CPython's "unhandled
     # KeyboardInterrupt" flag set and the interpreter ends itself by SIGINT. The import
-    # finishes (a second at most) and the command then ends as interrupted. Where SIGINT is
-    # ignored (a background job), it stays ignored.
+    # finishes (a second at most) and the command then ends as interrupted; a second
+    # Ctrl-C (an import that hangs) ends it at once. Where SIGINT is ignored (a background
+    # job), it stays ignored.
     noted: list[int] = []
+
+    def note(signum: int, _frame: object) -> None:
+        noted.append(signum)
+        if len(noted) > 1:
+            _leave(_interrupted())
+
     previous = signal.getsignal(signal.SIGINT)
     if previous is None:   # a handler not set from Python: restore Python's own
         previous = signal.default_int_handler
     try:
         if previous is not signal.SIG_IGN:
-            signal.signal(signal.SIGINT, lambda signum, _frame: noted.append(signum))
+            signal.signal(signal.SIGINT, note)
         try:
             from dlcomm.cli import main as run
         finally:
