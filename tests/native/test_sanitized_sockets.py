@@ -123,6 +123,16 @@ def broken_inputs() -> dict[str, bytes]:
                 (s, n, e, j) for s in (0, 1) for n in (0, 4, 16, 0xFFFF)
                 for e in (0, RUN_FLAG) for j in (b"", bytes(12), b"\xff" * 64,
                                                  (3).to_bytes(4, "little") * 40))),
+        # 1,024 positions told their round is complete, then 30 ms in which the worker does
+        # not run: 2,100 probes fall due together, 1,024 resends of 48 bytes and then 1,076
+        # probes of 49, over twice the queue in one cycle and growing; the queue's earlier
+        # order (flush, then queue the output already written to scratch space) sent an
+        # output overwritten by later ones ("a bad header", every run)
+        "queue-overflow-growing-sizes": bytes([MANY_SLOTS | ENCRYPT]) + b"".join(
+            record(SEAL | len(batch), b"".join(batch)) for batch in (
+                [header(STATUS, s, 0, counter=s, flags=COMPLETE) + b"\x06"
+                 for s in range(i, min(i + 15, 1024))] for i in range(0, 1024, 15)))
+            + record(RUN, b"") + record(0, b"") * 30 + record(RUN, b"") * 3,
         "many-slots-statuses": bytes([MANY_SLOTS]) + b"".join(
             record(SEAL | 15, b"".join(header(STATUS, s, 0, counter=s, flags=COMPLETE) + b"\x06"
                                        for s in range(i, i + 15)))

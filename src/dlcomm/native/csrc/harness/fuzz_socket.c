@@ -18,7 +18,9 @@
  *             0x10  run the client's loop for a slice after sending (the last record always
  *                   does); without it datagrams queue up and the next run drains them in
  *                   batches
- *             0x0F  how many datagrams: 0 none (time passes: a slice), 1 the bytes as one,
+ *             0x0F  how many datagrams: 0 none (a slice of time passes: with 0x10 the
+ *                   worker's loop runs it, without it the worker does not run, so that
+ *                   timeouts fall due together), 1 the bytes as one,
  *                   2-15 the bytes cut into pieces of ceil(n / count) bytes (the last
  *                   shorter; so count pieces at most), each
  *                   sealed alone, sent as one UDP_SEGMENT batch: with UDP_GRO on, the client
@@ -41,6 +43,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../dlc.h"
@@ -291,8 +294,12 @@ static void one_record(uint8_t sel, const uint8_t *bytes, size_t n) {
             send_batch(sel & SEL_STRANGER ? F_STRANGER : F_SWITCH, to, len, seg, pieces);
         }
     }
-    if ((sel & SEL_RUN) || !count || S.pending > PENDING_MAX || S.pending_sends > PENDING_SENDS)
+    if (!count && !(sel & SEL_RUN)) {   /* time passes; the worker does not run */
+        struct timespec pause = {0, (long)(SLICE_S * 1e9)};
+        nanosleep(&pause, NULL);
+    } else if ((sel & SEL_RUN) || S.pending > PENDING_MAX || S.pending_sends > PENDING_SENDS) {
         run_slice();
+    }
 }
 
 /* At the end: run until nothing waits at the client's sockets, then every datagram sent was
