@@ -7,7 +7,8 @@ little-endian length, bytes``. The selector: :data:`SEAL` (the harness seals eac
 as the switch would), :data:`STRANGER` (sent from a socket that is not the switch's),
 :data:`RESULTS` (to the worker's results socket, where the configuration gives it one),
 :data:`RUN` (the worker's loop runs a slice after it), and in the low four bits how many
-datagrams the bytes are: 0 none (a slice of time passes), 1 one, 2-15 pieces of
+datagrams the bytes are: 0 none (a slice of time passes, which the worker's loop runs
+with :data:`RUN`, or not without it), 1 one, 2-15 pieces of
 ceil(n / count) bytes (the last shorter) sent as one UDP_SEGMENT batch, which the worker
 receives whole (UDP_GRO) and must cut back.
 
