@@ -206,35 +206,6 @@ def test_no_switch_running():
     assert all("cannot reach the switch" in o["error"] for o in outs), outs
 
 
-def test_junk_and_forgeries_do_not_disturb_a_job(switch):
-    """Garbage and forged packets at the switch while a job runs: the job stays exact."""
-    stop = time.monotonic() + 6
-    forger = subprocess.Popen([sys.executable, "-c", f"""
-import socket, os, random, struct, time
-from dlcomm.wire.packet import Header, DATA, encode
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-rng = random.Random(1)
-while time.monotonic() < {stop}:
-    job = rng.randint(0, 8)
-    kind = rng.random()
-    if kind < 0.3:
-        data = os.urandom(rng.randint(0, 300))
-    else:
-        hdr = Header(DATA, job, rng.randint(0, 3), rng.randint(0, 5), 1000, rng.randint(0, 40),
-                     0, 20, rng.getrandbits(64))
-        data = encode(hdr, b"\\xff" * 4000) + os.urandom(16)
-    s.sendto(data, ("127.0.0.1", {switch.addresses[0][1]}))
-"""])
-    try:
-        attacked = run_ranks(spec(switch), "sum", seed=5)
-    finally:
-        forger.wait(timeout=30)
-    assert {o["checksum"] for o in attacked} == {clean_checksum(switch, 5, 50_000)}
-    counters = stats_of(switch)["counters"]
-    dropped = sum(v for k, v in counters.items() if k.startswith("drop_"))
-    assert dropped > 100
-
-
 def test_concurrent_jobs_do_not_interfere(switch):
     results: dict[str, list] = {}
     import threading
@@ -308,12 +279,15 @@ class _GsoJunk:
         self.thread.join()
 
     def _batch(self) -> tuple[int, bytes]:
+        """Junk (40%), header-shaped cuts of any length (30%), or forgeries of a plausible
+        shape: 1,000 values and a tag, the length their header says (30%)."""
         from dlcomm.wire.packet import Header, encode
 
         rng = self.rng
-        seg = rng.choice([1, 7, 33, 500, 1400, 4096, 8000])
+        roll = rng.random()
+        seg = 4048 if roll >= 0.7 else rng.choice([1, 7, 33, 500, 1400, 4096, 8000])
         count = rng.randint(1, min(8, 64_000 // seg))
-        if rng.random() < 0.5:
+        if roll < 0.4:
             return seg, os.urandom(seg * count - rng.randint(0, seg - 1))
         hdr = Header(self.typ, rng.randint(0, 8), self.worker, rng.randint(0, 3), 1000,
                      rng.randint(0, 40), 0, 20, rng.getrandbits(64))
@@ -354,9 +328,9 @@ def test_junk_batches_at_the_workers_do_not_disturb_a_job(switch, client):
 
 
 def test_junk_batches_at_the_switch_do_not_disturb_a_job(switch):
-    """The same neighbour sends the switch's data port GSO batches of junk and of DATA
-    forgeries while a job all-reduces: the switch cuts the batches (GRO) and drops every
-    datagram of them, and the sums stay exact."""
+    """The same neighbour sends the switch's data port junk and DATA forgeries, single
+    datagrams and GSO batches, while a job all-reduces: the switch cuts the batches (GRO)
+    and drops every datagram of them, and the sums stay exact."""
     from dlcomm.wire.packet import DATA
 
     NUMEL = 4_000_000  # noqa: N806
