@@ -44,9 +44,11 @@ def replay(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_sanitized(tmp_path_factory.mktemp("sanitized"))
 
 
-def run(binary: Path, *args: str | Path, timeout: float = 40) -> subprocess.CompletedProcess:
+def run(binary: Path, *args: str | Path, timeout: float = 40,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """A harness binary on ``args`` under the sanitizers' options (and ``env``)."""
     return subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **sanitizer_env()})
+                          timeout=timeout, env={**os.environ, **sanitizer_env(), **(env or {})})
 
 
 def assert_clean(res: subprocess.CompletedProcess) -> None:
@@ -56,10 +58,10 @@ def assert_clean(res: subprocess.CompletedProcess) -> None:
 
 
 def test_the_corpus_keys_are_the_harness_keys():
-    source = (HARNESS / "fuzz_target.c").read_text()
+    source = (HARNESS / "keys.h").read_text()
     for name, job in (("KEYS_MAC", J_MAC), ("KEYS_ENC", J_ENC), ("KEYS_SPARSE", J_SPARSE)):
         block = re.search(name + r"\[7\]\[17\] = \{(.*?)\};", source, re.S)
-        assert block, f"fuzz_target.c has no {name}"
+        assert block, f"keys.h has no {name}"
         keys = tuple(k.encode() for k in re.findall(r'"([^"]*)"', block.group(1)))
         assert keys == FIXED_KEYS[job]
         assert all(len(k) == 16 for k in keys)

@@ -7,7 +7,6 @@ sent to the worker counted once; no socket error on loopback) abort on a violati
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -15,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from dlcomm.native.harness import HARNESS, build_fuzzer, build_sanitized, sanitizer_env
-from dlcomm.testing.native_corpus import FIXED_KEYS, J_MAC, record
+from dlcomm.native.harness import build_fuzzer, build_sanitized
+from dlcomm.testing.native_corpus import J_MAC, record
 from dlcomm.testing.socket_corpus import (
     CONFIGS,
     ENCRYPT,
@@ -33,11 +32,10 @@ from dlcomm.testing.socket_corpus import (
 from dlcomm.wire.packet import COMPLETE, RESULT, STATUS, SWITCH_RANK, Header
 from dlcomm.wire.packet import RUN as RUN_FLAG
 from dlcomm.wire.packet import SPARSE as SPARSE_FLAG
+from tests.native import test_sanitized as datagrams
+from tests.native.test_sanitized import needs_gcc
 
-HAVE_TOOLS = shutil.which("gcc") is not None and Path("/usr/include/openssl/evp.h").exists()
-pytestmark = pytest.mark.skipif(not HAVE_TOOLS, reason="the sanitizer build needs gcc and "
-                                "OpenSSL's headers (/usr/include/openssl/evp.h)")
-SANITIZER_ERRORS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
+pytestmark = needs_gcc
 STATS = re.compile(r"fuzz_socket: (\d+) records, (\d+) datagrams to the client, (\d+) from it "
                    r"checked, ops done (\d+), failed (\d+), refused (\d+)")
 
@@ -47,26 +45,14 @@ def replay(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_sanitized(tmp_path_factory.mktemp("sanitized"), "sockets")
 
 
-def run(binary: Path, *args: str | Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout,
-                          env={**os.environ, **sanitizer_env(), "DLC_FUZZ_STATS": "1"})
+def run(binary: Path, *args: str | Path) -> subprocess.CompletedProcess:
+    return datagrams.run(binary, *args, timeout=120, env={"DLC_FUZZ_STATS": "1"})
 
 
 def assert_clean(res: subprocess.CompletedProcess) -> list[tuple[int, ...]]:
     """The run's per-input stats, once it is known to have ended clean."""
-    assert res.returncode == 0, res.stderr[-4000:]
-    for error in SANITIZER_ERRORS:
-        assert error not in res.stderr, res.stderr[-4000:]
+    datagrams.assert_clean(res)
     return [tuple(map(int, m)) for m in STATS.findall(res.stderr)]
-
-
-def test_the_socket_target_has_the_corpus_keys():
-    source = (HARNESS / "fuzz_socket.c").read_text()
-    keys = re.search(r'KEYS\[48\] = "([^"]*)";', source)
-    assert keys, "fuzz_socket.c has no KEYS"
-    up, down, result = FIXED_KEYS[J_MAC][0], FIXED_KEYS[J_MAC][3], FIXED_KEYS[J_MAC][6]
-    assert keys.group(1).encode() == up + down + result
 
 
 def test_the_socket_corpus_replays_clean_and_reaches_the_deep_paths(replay: Path,

@@ -87,29 +87,30 @@ def _target(name: str) -> tuple[Path, str]:
     return HARNESS / source, suffix
 
 
-def build_sanitized(out_dir: str | Path, target_name: str = "datagrams") -> Path:
-    """``out_dir/dlc_replay``: the fuzz target under ASan and UBSan, run on given files."""
+def _link(out_dir: str | Path, name: str, sources: list[Path], flags: list[str],
+          compiler: str = "gcc") -> Path:
+    """``out_dir/name``: ``sources`` compiled and linked with ``flags`` (and the library's
+    dependencies)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    cc = _compiler("gcc")
-    source, suffix = _target(target_name)
-    target = out / f"dlc_replay{suffix}"
-    sources = [*library_sources(), source, HARNESS / "replay_main.c"]
-    _run([cc, *COMMON, *SANITIZE, *map(str, sources), "-o", str(target), *LIBS], target)
+    target = out / name
+    _run([_compiler(compiler), *COMMON, *flags, *map(str, sources), "-o", str(target), *LIBS],
+         target)
     return target
+
+
+def build_sanitized(out_dir: str | Path, target_name: str = "datagrams") -> Path:
+    """``out_dir/dlc_replay``: the fuzz target under ASan and UBSan, run on given files."""
+    source, suffix = _target(target_name)
+    return _link(out_dir, f"dlc_replay{suffix}",
+                 [*library_sources(), source, HARNESS / "replay_main.c"], SANITIZE)
 
 
 def build_threads(out_dir: str | Path) -> Path:
     """``out_dir/dlc_threads``: threads_main.c and the library under ThreadSanitizer (its
     report ends the run with exit code 66 under :func:`threads_env`)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    cc = _compiler("gcc")
-    target = out / "dlc_threads"
-    sources = [*library_sources(), HARNESS / "threads_main.c"]
-    _run([cc, *COMMON, "-fsanitize=thread", *map(str, sources), "-o", str(target), *LIBS],
-         target)
-    return target
+    return _link(out_dir, "dlc_threads", [*library_sources(), HARNESS / "threads_main.c"],
+                 ["-fsanitize=thread"])
 
 
 def threads_env() -> dict[str, str]:
@@ -122,23 +123,19 @@ def build_fuzzer(out_dir: str | Path, prefer_clang: bool = True,
     """``out_dir/dlc_fuzz``: libFuzzer's (clang) or cov_fuzz.c's (gcc) coverage-guided
     fuzzer around the target, under ASan and UBSan. Their command lines differ (libFuzzer:
     ``-max_total_time=S DIR``; cov_fuzz: ``-t S -o DIR SEEDS``)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     source, suffix = _target(target_name)
-    target = out / f"dlc_fuzz{suffix}"
-    sources = [str(p) for p in [*library_sources(), source]]
+    name, sources = f"dlc_fuzz{suffix}", [*library_sources(), source]
     if prefer_clang and shutil.which("clang"):
-        cc = _compiler("clang")
         flags = [flag.replace("address,undefined", "fuzzer,address,undefined")
                  for flag in SANITIZE]
-        _run([cc, *COMMON, *flags, *sources, "-o", str(target), *LIBS], target)
-        return target
-    cc = _compiler("gcc")
+        return _link(out_dir, name, sources, flags, compiler="clang")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     driver = out / "cov_fuzz.o"   # built without trace-pc: the driver is not what is measured
-    _run([cc, *COMMON, *SANITIZE, "-c", str(HARNESS / "cov_fuzz.c"), "-o", str(driver)], driver)
-    _run([cc, *COMMON, *SANITIZE, "-fsanitize-coverage=trace-pc", *sources, str(driver),
-          "-o", str(target), *LIBS], target)
-    return target
+    _run([_compiler("gcc"), *COMMON, *SANITIZE, "-c", str(HARNESS / "cov_fuzz.c"), "-o",
+          str(driver)], driver)
+    return _link(out_dir, name, [*sources, driver],
+                 [*SANITIZE, "-fsanitize-coverage=trace-pc"])
 
 
 def main(argv: list[str] | None = None) -> int:

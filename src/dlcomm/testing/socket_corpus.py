@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import struct
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +32,7 @@ from dlcomm.exchange.switch.sparse_window import SparseAllreduceOp
 from dlcomm.exchange.switch.window import Timing
 from dlcomm.testing.fakenet import FakeNet, NetConfig, _switches
 from dlcomm.testing.native_corpus import A_SWITCH, CLIENT, J_MAC, SOURCES, K, record
+from dlcomm.testing.native_corpus import SEAL as NATIVE_SEAL
 from dlcomm.wire.auth import AUTH_NONE
 from dlcomm.wire.packet import HEADER_SIZE, RESULT, decode_header
 
@@ -51,25 +51,18 @@ CONFIGS = {"mac": 0, "encrypted": ENCRYPT, "results-socket": RESULTS_SOCKET,
            "sparse": SPARSE, "sparse-encrypted-results": SPARSE | ENCRYPT | RESULTS_SOCKET}
 
 
-def _parse(data: bytes) -> list[tuple[int, bytes]]:
-    out, at = [], 0
-    while at + 3 <= len(data):
-        selector, n = struct.unpack_from("<BH", data, at)
-        out.append((selector, data[at + 3: at + 3 + n]))
-        at += 3 + n
-    return out
-
-
 def socket_records(records: list[bytes], rng: random.Random) -> list[bytes]:
     """native_corpus records as fuzz_socket.c's: those to the worker sent from the switch's
     socket (or a stranger's), each other record a slice of silence; consecutive datagrams of
     one size and one sender joined into one batch (up to :data:`MAX_BATCH`)."""
     plain: list[tuple[int, bytes]] = []
-    for selector, body in _parse(b"".join(records)):
+    for rec in records:   # each one record (native_corpus.record)
+        selector, body = rec[0], rec[3:]
         if not selector & CLIENT:
             plain.append((RUN, b""))            # to the switch: the worker hears nothing
             continue
-        sel = (selector & SEAL) | (0 if selector & 0x3F == A_SWITCH else STRANGER)
+        sel = (SEAL if selector & NATIVE_SEAL else 0) | \
+            (0 if selector & 0x3F == A_SWITCH else STRANGER)
         if len(body) > 3 and body[3] == RESULT and rng.random() < 0.5:
             sel |= RESULTS
         plain.append((sel, body))
@@ -141,7 +134,7 @@ def sparse_story(rng: random.Random, n: int) -> list[bytes]:
                 header = decode_header(ev.data)
                 result = header.type == RESULT
                 renamed = dataclasses.replace(header, job=J_MAC)
-                out.append(record(CLIENT | SEAL | A_SWITCH,
+                out.append(record(CLIENT | NATIVE_SEAL | A_SWITCH,
                                   renamed.pack(counters[result]) + ev.data[HEADER_SIZE:]))
                 counters[result] += 1
             send(workers[r], ops[r].on_datagram(ev.data, ev.src, fnet.now))

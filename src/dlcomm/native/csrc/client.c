@@ -69,8 +69,6 @@ typedef struct {
     uint8_t *rx;
 } dlc_client;
 
-enum { S_SENT, S_BSENT, S_RECV, S_BRECV, S_RETX, S_PROBES, S_REJECTED, S_DROPS };
-enum { E_NONE, E_SWITCH, E_NONFINITE, E_STUCK, E_NO_ANSWER, E_PLAN, E_SOCKET };
 #define EXP_UNKNOWN INT32_MIN   /* a chunk's exponent not taken yet */
 
 static int cmp_double(const void *a, const void *b) {
@@ -674,15 +672,10 @@ static int send_gso(dlc_client *c, int from, int to) {
     int n = to - from;
     size_t seg = c->outs[from].iov[0].iov_len, total = 0;
     for (int i = 0; i < n; i++) { iov[i] = c->outs[from + i].iov[0]; total += iov[i].iov_len; }
-    char ctrl[CMSG_SPACE(sizeof(uint16_t))];
-    memset(ctrl, 0, sizeof ctrl);
+    char ctrl[DLC_SEG_CTRL];
     struct msghdr m = {.msg_name = &addr, .msg_namelen = sizeof addr, .msg_iov = iov,
-                       .msg_iovlen = (size_t)n, .msg_control = ctrl, .msg_controllen = sizeof ctrl};
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
-    cm->cmsg_level = SOL_UDP; cm->cmsg_type = 103 /* UDP_SEGMENT */;
-    cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-    uint16_t g = (uint16_t)seg;
-    memcpy(CMSG_DATA(cm), &g, sizeof g);
+                       .msg_iovlen = (size_t)n};
+    dlc_segment(&m, ctrl, seg);
     for (;;) {
         ssize_t r = sendmsg(c->fd, &m, 0);
         if (r >= 0) {
@@ -807,8 +800,9 @@ static int drain(dlc_client *c, int fd) {
 }
 
 /* Run the op for up to slice_s: returns dlc_client_done()'s answer (1 done, 0 not yet,
- * -1 failed: a socket's error fails the op as E_SOCKET, with its errno). The caller checks its control channel between slices. Datagrams come on the
- * worker's socket and, where the job's results come to a group of their own, on that one. */
+ * -1 failed: a socket's error fails the op as E_SOCKET, with its errno). The caller checks
+ * its control channel between slices. Datagrams come on the worker's socket and, where the
+ * job's results come to a group of their own, on that one. */
 int dlc_client_run(dlc_client *c, double slice_s) {
     int one = 1, fds[2] = {c->fd, c->rfd}, nfds = c->rfd >= 0 ? 2 : 1;
     /* results of a batch arrive whole (UDP_GRO). It stays on after the op: a batch already

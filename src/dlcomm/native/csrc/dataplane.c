@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "dlc.h"
+#include "rx.h"
 
 #define ADD(ctr, n) __atomic_fetch_add(&(ctr), (n), __ATOMIC_RELAXED)
 #define ERROR_REPLY_INTERVAL_S 0.1
@@ -197,18 +198,10 @@ static void gso_send(dlc_ctx *ctx, dlc_gso *b) {
     struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(b->port),
                              .sin_addr.s_addr = htonl(b->ip)};
     struct iovec iov = {.iov_base = b->buf, .iov_len = b->used};
-    char ctrl[CMSG_SPACE(sizeof(uint16_t))];
+    char ctrl[DLC_SEG_CTRL];
     struct msghdr m = {.msg_name = &to, .msg_namelen = sizeof to, .msg_iov = &iov,
                        .msg_iovlen = 1};
-    if (b->count > 1) {
-        memset(ctrl, 0, sizeof ctrl);
-        m.msg_control = ctrl; m.msg_controllen = sizeof ctrl;
-        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-        c->cmsg_level = SOL_UDP; c->cmsg_type = 103 /* UDP_SEGMENT */;
-        c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-        uint16_t g = (uint16_t)b->seg;
-        memcpy(CMSG_DATA(c), &g, sizeof g);
-    }
+    if (b->count > 1) dlc_segment(&m, ctrl, b->seg);
     DLC_BUMP(ctx->counters[C_send_calls], 1);
     ssize_t r = sendmsg(ctx->send_fd, &m, 0);
     if (r < 0 && b->count > 1 && errno == EMSGSIZE) {   /* segments beyond the path's frame */

@@ -19,6 +19,9 @@
 #define DLC_MAGIC 0xD1C0
 #define DLC_VERSION 2
 #define DLC_MAX_DGRAM 65507
+#define DLC_SWITCH_RANK 0xFFFF
+#define DLC_MAX_WORKERS 64      /* native jobs: a bitmap of 64 ranks; larger jobs run in Python */
+#define DLC_WINDOW_BITS 4096    /* replay window (wire/auth.ReplayWindow) */
 
 /* A counter of one thread's context, which other threads read (dlc_counters): its one
  * writer adds by a relaxed atomic load and store (plain moves on x86-64, no locked add), so
@@ -34,9 +37,11 @@
 #else
 #define DLC_CLONES __attribute__((target_clones("avx2", "default")))
 #endif
-#define DLC_SWITCH_RANK 0xFFFF
-#define DLC_MAX_WORKERS 64      /* native jobs: a bitmap of 64 ranks; larger jobs run in Python */
-#define DLC_WINDOW_BITS 4096    /* replay window (wire/auth.ReplayWindow) */
+
+/* client.c's counters (dlc_client_stats) and the kinds of a failed op (dlc_client_error);
+ * dlcomm/native/client.py mirrors both */
+enum { S_SENT, S_BSENT, S_RECV, S_BRECV, S_RETX, S_PROBES, S_REJECTED, S_DROPS };
+enum { E_NONE, E_SWITCH, E_NONFINITE, E_STUCK, E_NO_ANSWER, E_PLAN, E_SOCKET };
 
 enum { T_DATA = 1, T_RESULT, T_STATUS, T_ERROR, T_CHALLENGE };
 enum { F_PROBE = 1, F_RESEND = 2, F_COMPLETE = 4, F_SPARSE = 8, F_RUN = 16, F_ANNOUNCE = 32 };

@@ -14,9 +14,6 @@
 #include "dlc.h"
 #include "rx.h"
 
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
 #define LG_RX 32
 #define LG_MAX_SEGS 64
 
@@ -52,17 +49,10 @@ static int send_batch(int fd, const struct sockaddr_in *to, uint8_t *buf, size_t
         if (gso && (size_t)now * seg > 65000) now = (int)(65000 / seg);
         if (now < 1) now = 1;
         struct iovec iov = {.iov_base = buf + (size_t)sent * seg, .iov_len = (size_t)now * seg};
-        char ctrl[CMSG_SPACE(sizeof(uint16_t))];
+        char ctrl[DLC_SEG_CTRL];
         struct msghdr m = {.msg_name = (void *)to, .msg_namelen = sizeof *to, .msg_iov = &iov,
                            .msg_iovlen = 1};
-        if (gso && now > 1) {
-            memset(ctrl, 0, sizeof ctrl);
-            m.msg_control = ctrl; m.msg_controllen = sizeof ctrl;
-            struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-            c->cmsg_level = SOL_UDP; c->cmsg_type = UDP_SEGMENT; c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-            uint16_t g = (uint16_t)seg;
-            memcpy(CMSG_DATA(c), &g, sizeof g);
-        }
+        if (gso && now > 1) dlc_segment(&m, ctrl, seg);
         stats[LG_SEND_CALLS]++;
         ssize_t r = sendmsg(fd, &m, 0);
         if (r < 0) {

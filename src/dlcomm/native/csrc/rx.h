@@ -1,6 +1,7 @@
-/* Batched receives, as the switch's loop, the client's and the load generator's make them:
- * recvmmsg's headers, and the segment size of a datagram the kernel handed over whole
- * (UDP_GRO: a run of same-size datagrams from one sender in one buffer). */
+/* The kernel's UDP offloads, as the switch's loop, the client's and the load generator's
+ * use them: batched receives (recvmmsg's headers, and the segment size of a datagram the
+ * kernel handed over whole: UDP_GRO, a run of same-size datagrams from one sender in one
+ * buffer), and segmented sends (UDP_SEGMENT: one sendmsg, datagrams of one size). */
 #ifndef DLC_RX_H
 #define DLC_RX_H
 
@@ -13,6 +14,10 @@
 #ifndef UDP_GRO
 #define UDP_GRO 104
 #endif
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#define DLC_SEG_CTRL CMSG_SPACE(sizeof(uint16_t))   /* room for dlc_segment's message */
 
 /* Headers for n buffers of `size` bytes from buf, each with its sender's address (addrs,
  * or NULL) and room for a control message (ctrl, or NULL where GRO is off). */
@@ -42,6 +47,18 @@ static inline size_t dlc_gro_segment(struct msghdr *m, size_t len) {
             if (g > 0) seg = (size_t)g;
         }
     return seg;
+}
+
+/* m's payload goes out as datagrams of `seg` bytes (the last may be shorter): a UDP_SEGMENT
+ * control message in ctrl, DLC_SEG_CTRL bytes. */
+static inline void dlc_segment(struct msghdr *m, char *ctrl, size_t seg) {
+    memset(ctrl, 0, DLC_SEG_CTRL);
+    m->msg_control = ctrl; m->msg_controllen = DLC_SEG_CTRL;
+    struct cmsghdr *cm = CMSG_FIRSTHDR(m);
+    cm->cmsg_level = SOL_UDP; cm->cmsg_type = UDP_SEGMENT;
+    cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+    uint16_t g = (uint16_t)seg;
+    memcpy(CMSG_DATA(cm), &g, sizeof g);
 }
 
 #endif

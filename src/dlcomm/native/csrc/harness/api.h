@@ -29,8 +29,6 @@ int dlc_serve(dlc_switch *sw, int fd, double drop_rate, uint64_t seed, int use_g
 
 /* client.c: opaque here, client.c holds its layout */
 typedef struct dlc_client dlc_client;
-enum { DLC_E_SOCKET = 6 };                   /* dlc_client_error: a socket failed the op */
-enum { DLC_S_RECV = 2, DLC_S_REJECTED = 6 }; /* dlc_client_stats: received, refused */
 dlc_client *dlc_client_new(int fd, int rank, int workers, int k, int auth, double init_to,
                            double min_to, double max_to, double deadline_s, double drop_rate,
                            uint64_t seed);
@@ -57,5 +55,12 @@ int dlc_client_error(const dlc_client *c, char *text, size_t cap, long *arg, int
 int dlc_loadgen(const int *fds, int n, uint32_t sw_ip, uint16_t sw_port, uint16_t job, int k,
                 int slots, int auth, const uint8_t *keys, double seconds, int gso,
                 uint64_t *stats);
+
+/* wire/quant.value_limit: n workers of |q| <= limit never overflow int32 (a job's limit). */
+static inline int32_t dlc_value_limit(int workers) {
+    int log2n = 1;
+    while ((1 << log2n) < workers) log2n++;
+    return (int32_t)((1u << (31 - log2n)) - 1);
+}
 
 #endif

@@ -29,6 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "records.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 /* the sanitizers' hook before they exit on a report (absent without them: weak) */
 extern void __sanitizer_set_death_callback(void (*callback)(void)) __attribute__((weak));
@@ -182,21 +184,20 @@ static void put(input *b, size_t at, uint64_t v, size_t width) {
 
 static size_t header_bytes;   /* -H: bytes before the first record (fuzz_socket.c: 1) */
 
-/* Where each record of an input begins (its selector), fuzz_target.c's way. */
+/* Where each record of an input begins (its selector), as the targets read them. */
 static int records(const input *b, size_t *at) {
     int n = 0;
-    for (size_t p = header_bytes; p < b->n && n < MAX_RECORDS;) {
+    size_t body, len;
+    for (size_t p = header_bytes; p < b->n && n < MAX_RECORDS;
+         p = dlc_record(b->d, b->n, p, &body, &len))
         at[n++] = p;
-        size_t len = p + 3 <= b->n ? (size_t)(b->d[p + 1] | b->d[p + 2] << 8) : 0;
-        p = p + 3 + len < b->n ? p + 3 + len : b->n;
-    }
     return n;
 }
 
+/* Where the record at `at` ends. */
 static size_t record_end(const input *b, size_t at) {
-    if (at + 3 > b->n) return b->n;
-    size_t end = at + 3 + (size_t)(b->d[at + 1] | b->d[at + 2] << 8);
-    return end < b->n ? end : b->n;
+    size_t body, len;
+    return at < b->n ? dlc_record(b->d, b->n, at, &body, &len) : b->n;
 }
 
 /* -- mutations ------------------------------------------------------------------------- */

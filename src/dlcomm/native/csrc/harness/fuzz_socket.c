@@ -41,13 +41,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../dlc.h"
 #include "api.h"
+#include "keys.h"
 #include "records.h"
 #include "../rx.h"
 
@@ -75,8 +75,7 @@
 #define PENDING_MAX (96 * 1024)   /* unread bytes before a run is forced: no socket overflows */
 #define PENDING_SENDS 48
 
-/* the up, down and result keys of rank 0 (fuzz_target.c's KEYS_MAC[0], [3] and [6]) */
-static const uint8_t KEYS[48] = "fuzz j1 up 0....fuzz j1 down 0..fuzz j1 result..";
+static uint8_t KEYS[48];   /* rank 0's up, down and result keys: KEYS_MAC[0], [3] and [6] */
 
 enum { F_CLIENT, F_RESULTS, F_SWITCH, F_STRANGER, NFDS };
 
@@ -122,6 +121,8 @@ static void teardown(void) {
 
 static void init(void) {
     for (int i = 0; i < NFDS; i++) S.fd[i] = udp_socket(&S.port[i]);
+    memcpy(KEYS, KEYS_MAC[0], 16); memcpy(KEYS + 16, KEYS_MAC[3], 16);
+    memcpy(KEYS + 32, KEYS_MAC[6], 16);
     S.crypto = dlc_crypto_new();
     S.buf = malloc(65536); S.plain = malloc(65536); S.batch = malloc(65536);
     S.data = malloc(sizeof(float) * ELEMENTS_MANY);
@@ -137,8 +138,7 @@ static void init(void) {
 /* -- the client's outputs, as its switch receives them --------------------------------- */
 static void check_output(const uint8_t *d, size_t len) {
     dlc_hdr h;
-    size_t tag = S.auth == AUTH_NONE ? 0 : DLC_TAG;
-    if (len < DLC_HDR + tag) fail("a datagram from the client shorter than a header", (long)len, 0);
+    if (len < DLC_HDR + DLC_TAG) fail("a datagram from the client shorter than a header", (long)len, 0);
     dlc_hdr_unpack(d, &h);
     if (h.magic != DLC_MAGIC || h.version != DLC_VERSION || h.type != T_DATA || h.job != JOB ||
         h.worker != 0)
@@ -165,9 +165,8 @@ static void switch_reads(void) {
         fail("the client sent a datagram to a stranger", 0, 0);
 }
 
-static int waiting(int fd) {
-    int n = 0;
-    return ioctl(fd, FIONREAD, &n) == 0 && n > 0 ? 1 : recv(fd, S.buf, 1, MSG_PEEK) >= 0;
+static int waiting(int fd) {   /* a datagram waits (an empty one too): the sockets never block */
+    return recv(fd, S.buf, 1, MSG_PEEK) >= 0;
 }
 
 /* -- the client ------------------------------------------------------------------------ */
@@ -208,7 +207,7 @@ static void run_slice(void) {
         uint64_t missing, seq;
         double idle;
         if (dlc_client_error(S.client, text, sizeof text, &arg, &shard, &missing, &slot, &seq,
-                             &idle, dlc_now()) == DLC_E_SOCKET)
+                             &idle, dlc_now()) == E_SOCKET)
             fail("the client's loop failed on loopback (errno)", arg, 0);
     }
     if (r) {
@@ -244,21 +243,16 @@ static size_t make_batch(uint8_t sel, const uint8_t *from, size_t n, size_t size
     return at;
 }
 
-static void send_batch(int from, int to, size_t len, size_t seg, int count) {
+/* The batch's len bytes, datagrams of seg bytes (the last shorter; none if len is 0: one
+ * empty datagram, which the client does not count), from socket `from` to socket `to`. */
+static void send_batch(int from, int to, size_t len, size_t seg) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(S.port[to]),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     struct iovec iov = {.iov_base = S.batch, .iov_len = len};
-    char ctrl[CMSG_SPACE(sizeof(uint16_t))];
-    memset(ctrl, 0, sizeof ctrl);
+    char ctrl[DLC_SEG_CTRL];
     struct msghdr m = {.msg_name = &a, .msg_namelen = sizeof a, .msg_iov = &iov, .msg_iovlen = 1};
-    if (count > 1) {   /* one UDP_SEGMENT datagram: GRO hands it to the client whole */
-        m.msg_control = ctrl; m.msg_controllen = sizeof ctrl;
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
-        cm->cmsg_level = SOL_UDP; cm->cmsg_type = 103 /* UDP_SEGMENT */;
-        cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-        uint16_t g = (uint16_t)seg;
-        memcpy(CMSG_DATA(cm), &g, sizeof g);
-    }
+    size_t count = seg ? (len + seg - 1) / seg : 0;
+    if (count > 1) dlc_segment(&m, ctrl, seg);   /* GRO hands it to the client whole */
     if (sendmsg(S.fd[from], &m, 0) < 0) {
         if (count <= 1) fail("cannot send to the client", errno, (long)len);
         for (size_t off = 0; off < len; off += seg) {   /* no GSO here: one by one */
@@ -268,7 +262,7 @@ static void send_batch(int from, int to, size_t len, size_t seg, int count) {
             if (sendmsg(S.fd[from], &m, 0) < 0) fail("cannot send to the client", errno, 0);
         }
     }
-    for (size_t off = 0; off < len; off += seg) S.sent++;   /* empty datagrams do not count */
+    S.sent += count;
     S.pending += len; S.pending_sends++;
 }
 
@@ -277,22 +271,10 @@ static void one_record(uint8_t sel, const uint8_t *bytes, size_t n) {
     S.records++;
     if (count) {
         if (n > 65507 - 15 * DLC_TAG) n = 65507 - 15 * DLC_TAG;   /* room for the tags */
-        size_t size = count > 1 ? (n + (size_t)count - 1) / (size_t)count : n;
-        if (size == 0) size = 1;
-        size_t seg, len = make_batch(sel, bytes, n, size, &seg);
-        int pieces = 0;
-        for (size_t off = 0; off < len; off += seg) pieces++;
+        size_t seg, len = make_batch(sel, bytes, n, (n + (size_t)count - 1) / (size_t)count,
+                                     &seg);
         int to = (sel & SEL_RESULTS) && (S.cfg & CFG_RESULTS) ? F_RESULTS : F_CLIENT;
-        if (len == 0) {   /* an empty datagram: sent, never counted */
-            if (sendto(S.fd[sel & SEL_STRANGER ? F_STRANGER : F_SWITCH], "", 0, 0,
-                       (struct sockaddr *)&(struct sockaddr_in){
-                           .sin_family = AF_INET, .sin_port = htons(S.port[to]),
-                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)},
-                       sizeof(struct sockaddr_in)) < 0)
-                fail("cannot send to the client", errno, 0);
-        } else {
-            send_batch(sel & SEL_STRANGER ? F_STRANGER : F_SWITCH, to, len, seg, pieces);
-        }
+        send_batch(sel & SEL_STRANGER ? F_STRANGER : F_SWITCH, to, len, seg);
     }
     if (!count && !(sel & SEL_RUN)) {   /* time passes; the worker does not run */
         struct timespec pause = {0, (long)(SLICE_S * 1e9)};
@@ -311,9 +293,9 @@ static void settle(void) {
         if (!waiting(S.fd[F_CLIENT]) && !waiting(S.fd[F_RESULTS])) break;
     }
     dlc_client_stats(S.client, stats);
-    if (stats[DLC_S_RECV] != S.sent)
+    if (stats[S_RECV] != S.sent)
         fail("the client counted another number of datagrams than it was sent",
-             (long)stats[DLC_S_RECV], (long)S.sent);
+             (long)stats[S_RECV], (long)S.sent);
 }
 
 static void drain_all(void) {
@@ -334,7 +316,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         dlc_client_stats(S.client, stats);
         fprintf(stderr, "fuzz_socket: %lu records, %lu datagrams to the client, %lu from it "
                 "checked, ops done %lu, failed %lu, refused %llu\n", S.records, S.sent,
-                S.checked, S.ops_done, S.ops_failed, (unsigned long long)stats[DLC_S_REJECTED]);
+                S.checked, S.ops_done, S.ops_failed, (unsigned long long)stats[S_REJECTED]);
     }
     dlc_client_free(S.client);
     S.client = NULL;

@@ -21,7 +21,8 @@
  * an input, the state is reset every RESET_EVERY records and RESET_AFTER_FAIL records after
  * a job failed, so that it does not only grow.
  *
- * The fixed keys (KEYS_MAC, KEYS_ENC, KEYS_SPARSE) are mirrored in src/dlcomm/testing/native_corpus.py, which
+ * The fixed keys (keys.h: KEYS_MAC, KEYS_ENC, KEYS_SPARSE) are mirrored in
+ * src/dlcomm/testing/native_corpus.py, which
  * writes seed inputs: the two must match. Builds with clang -fsanitize=fuzzer, or with gcc
  * and cov_fuzz.c / replay_main.c (src/dlcomm/native/harness.py). */
 #include <stdint.h>
@@ -31,6 +32,7 @@
 
 #include "../dlc.h"
 #include "api.h"
+#include "keys.h"
 #include "records.h"
 
 #define SEL_SEAL 0x80
@@ -57,21 +59,6 @@ static const uint32_t ADDR_IP[NADDR] = {0x0A000001, 0x0A000002, 0x0A000003,   /*
 static const uint16_t ADDR_PORT[NADDR] = {7000, 7001, 7002, 9000, 4444, 7001};
 #define GROUP_IP 0xEF010101u   /* 239.1.1.1: J_ENC's results go to a multicast group */
 #define GROUP_PORT 7100
-
-/* dlc_job_add's layout: up[0..n), down[0..n), result; 16 bytes each (the NUL is not used). */
-static const char KEYS_MAC[7][17] = {
-    "fuzz j1 up 0....", "fuzz j1 up 1....", "fuzz j1 up 2....",
-    "fuzz j1 down 0..", "fuzz j1 down 1..", "fuzz j1 down 2..", "fuzz j1 result..",
-};
-static const char KEYS_ENC[7][17] = {
-    "fuzz j3 up 0....", "fuzz j3 up 1....", "fuzz j3 up 2....",
-    "fuzz j3 down 0..", "fuzz j3 down 1..", "fuzz j3 down 2..", "fuzz j3 result..",
-};
-
-static const char KEYS_SPARSE[7][17] = {
-    "fuzz j6 up 0....", "fuzz j6 up 1....", "fuzz j6 up 2....",
-    "fuzz j6 down 0..", "fuzz j6 down 1..", "fuzz j6 down 2..", "fuzz j6 result..",
-};
 
 typedef struct {
     int id, workers, auth, python, live; uint32_t group_ip; uint16_t group_port;
@@ -107,20 +94,13 @@ static const fz_job *job_of(unsigned id) {
     return NULL;
 }
 
-/* wire/quant.value_limit: n workers of |q| <= limit never overflow int32. */
-static int32_t value_limit(int workers) {
-    int log2n = 1;
-    while ((1 << log2n) < workers) log2n++;
-    return (int32_t)((1u << (31 - log2n)) - 1);
-}
-
 static void add_job(const fz_job *j) {
     uint8_t keys[7 * 16] = {0};
     uint32_t ips[3];
     uint16_t ports[3];
     for (int r = 0; r < j->workers; r++) { ips[r] = ADDR_IP[r]; ports[r] = ADDR_PORT[r]; }
     for (int i = 0; j->keys && i < 2 * j->workers + 1; i++) memcpy(keys + 16 * i, j->keys[i], 16);
-    if (dlc_job_add(S.sw, j->id, j->workers, ips, ports, SLOTS, K, value_limit(j->workers),
+    if (dlc_job_add(S.sw, j->id, j->workers, ips, ports, SLOTS, K, dlc_value_limit(j->workers),
                     j->auth, keys, j->group_ip, j->group_port, j->python))
         fail("dlc_job_add refused a fixed job", j->id, 0);
     if (j->block && dlc_job_sparse(S.sw, j->id, j->block))

@@ -6,16 +6,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The record at data[at] (at < size): where its bytes begin and how many there are (*n);
+ * returns where the next record begins (size at the end). */
+static inline size_t dlc_record(const uint8_t *data, size_t size, size_t at, size_t *body,
+                                size_t *n) {
+    *body = at + 3 <= size ? at + 3 : size;
+    *n = at + 3 <= size ? (size_t)(data[at + 1] | data[at + 2] << 8) : 0;
+    if (*n > size - *body) *n = size - *body;
+    return *body + *n;
+}
+
 /* one(selector, bytes, n) for each record of data[at:size], in order. */
 static inline void dlc_each_record(const uint8_t *data, size_t size, size_t at,
                                    void (*one)(uint8_t, const uint8_t *, size_t)) {
     while (at < size) {
-        uint8_t sel = data[at];
-        size_t body = at + 3 <= size ? at + 3 : size;
-        size_t n = at + 3 <= size ? (size_t)(data[at + 1] | data[at + 2] << 8) : 0;
-        if (n > size - body) n = size - body;
-        one(sel, data + body, n);
-        at = body + n;
+        size_t body, n, next = dlc_record(data, size, at, &body, &n);
+        one(data[at], data + body, n);
+        at = next;
     }
 }
 

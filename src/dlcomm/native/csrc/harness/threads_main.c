@@ -33,7 +33,10 @@
 #define SLOTS 16
 #define LOOPBACK 0x7F000001u
 
-typedef struct { int id, workers, auth, python, block; int fds[8]; uint16_t ports[8]; uint8_t keys[17 * 16]; } job_t;
+typedef struct {
+    int id, workers, auth, python, block; int fds[8]; uint16_t ports[8];
+    uint8_t keys[17 * 16];   /* dlc_job_add's: up[0..n), down[0..n), result */
+} job_t;
 
 static dlc_switch *SW;
 static uint16_t SW_PORT;
@@ -54,16 +57,10 @@ static int udp(uint16_t port, int reuse, uint16_t *bound) {
     return fd;
 }
 
-static int32_t value_limit(int workers) {   /* wire/quant.value_limit */
-    int log2n = 1;
-    while ((1 << log2n) < workers) log2n++;
-    return (int32_t)((1u << (31 - log2n)) - 1);
-}
-
 static void add_job(const job_t *j) {
     uint32_t ips[8];
     for (int r = 0; r < j->workers; r++) ips[r] = LOOPBACK;
-    if (dlc_job_add(SW, j->id, j->workers, ips, j->ports, SLOTS, K, value_limit(j->workers),
+    if (dlc_job_add(SW, j->id, j->workers, ips, j->ports, SLOTS, K, dlc_value_limit(j->workers),
                     j->auth, j->keys, 0, 0, j->python) ||
         (j->block && dlc_job_sparse(SW, j->id, j->block)) || dlc_job_set_live(SW, j->id, 1)) {
         fprintf(stderr, "dlc_threads: cannot add job %d\n", j->id);
