@@ -79,7 +79,8 @@ def test_5_connections_are_capped_per_source():
 
 def test_5_running_out_of_file_descriptors_is_not_fatal():
     """40 idle connections under a 40-file limit once ended the control loop for good:
-    now accept errors are retried, and once they close, jobs register again."""
+    now accept errors are retried (counted, logged once), and once the idle connections
+    close, jobs register again."""
     with running_switches("127.0.0.1", prefix=["prlimit", "--nofile=40:40", "--"]) as service:
         address, fp = service.addresses[0], service.fingerprints[0]
         idle = []
@@ -92,15 +93,26 @@ def test_5_running_out_of_file_descriptors_is_not_fatal():
         for sock in idle:
             sock.close()
 
+        last: list[object] = []
+
         def registers() -> bool:
             try:
                 with Line(address, fp, timeout=2) as line:
-                    return bool(line.ask(registration(), timeout=2)["ok"])
-            except (OSError, ssl.SSLError, AssertionError):
-                return False
+                    reply = line.ask(registration(), timeout=2)
+            except (OSError, ssl.SSLError, AssertionError) as exc:
+                reply = exc
+            last[:] = [reply]
+            return isinstance(reply, dict) and bool(reply["ok"])
 
-        assert wait_for(registers, timeout=20, step=0.5)
+        registered = wait_for(registers, timeout=20, step=0.5)
+        tail = service.logs[0].read_text(errors="replace")[-2000:]
+        assert registered, f"last answer {last[0]!r}; the switch's log ends:\n{tail}"
         assert service.procs[0].poll() is None
+        # the failed accepts were counted and logged once, not a traceback a second
+        log = service.logs[0].read_text(errors="replace")
+        assert log.count("cannot accept a control connection (Too many open files)") == 1
+        assert "Traceback" not in log
+    assert service.final_stats[0]["counters"]["control_accept_errors"] >= 1
 
 
 def test_5_every_request_is_checked_and_answered_in_one_line():

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import random
 import socket
 import sys
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 __all__ = ["SwitchServer", "DATAPLANES"]
 
 DATAPLANES = ("native", "python")
+# an accept that fails for want of these is retried by asyncio a second later
+OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 def _udp(reuse_port: bool) -> socket.socket:
@@ -192,6 +195,7 @@ class SwitchServer:
     # -- control -------------------------------------------------------------------------
     async def _control_main(self, ready: threading.Event) -> None:
         self._loop = asyncio.get_running_loop()
+        self._loop.set_exception_handler(self._loop_exception)
         self._async_stop = asyncio.Event()
         limits = self.control.limits
         server = await asyncio.start_server(
@@ -202,6 +206,17 @@ class SwitchServer:
         async with server:
             await self._async_stop.wait()
         janitor.cancel()
+
+    def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """A failed accept (no file descriptors) is counted and logged once, not a
+        traceback a second for as long as a flood lasts; anything else as asyncio would."""
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and exc.errno in OUT_OF_RESOURCES:
+            self.control.count("accept_errors")
+            self.control.log_once("accept_errors", "cannot accept a control connection "
+                                  f"({exc.strerror}); accepting again in a second")
+            return
+        loop.default_exception_handler(context)
 
     def _control_thread(self, ready: threading.Event) -> None:
         try:
