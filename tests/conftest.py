@@ -25,6 +25,34 @@ def run_dlcomm(*args: str, tmp: Path, timeout: float = 180, **kw) -> subprocess.
                           env=env, cwd=tmp, **kw)
 
 
+def run_dlcomm_here(*args: str, tmp: Path) -> subprocess.CompletedProcess:
+    """``dlcomm ARGS`` in this process, through the command's own error handling
+    (:func:`dlcomm.cli.main`), from ``tmp`` with TMPDIR=tmp: for bad input that must end
+    before any work starts, without the second an interpreter and torch take to start.
+    Every test that uses it keeps one case that runs the real command (:func:`run_dlcomm`)."""
+    import contextlib
+    import io
+    import tempfile
+
+    from dlcomm.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    cwd, saved = os.getcwd(), os.environ.get("TMPDIR")
+    os.chdir(tmp)
+    os.environ["TMPDIR"], tempfile.tempdir = str(tmp), None
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(list(args))
+    finally:
+        os.chdir(cwd)
+        if saved is None:
+            del os.environ["TMPDIR"]
+        else:
+            os.environ["TMPDIR"] = saved
+        tempfile.tempdir = None
+    return subprocess.CompletedProcess(["dlcomm", *args], code, out.getvalue(), err.getvalue())
+
+
 class Rendezvous:
     """The env:// rendezvous of ranks a test starts by hand: the job's store hosted by the
     test itself, as dlcomm's launcher does (no free-port race); alive as long as this is."""

@@ -14,7 +14,7 @@ import pytest
 
 from dlcomm.results import validate_result
 from dlcomm.volume import ring_allreduce_bytes
-from tests.conftest import dlcomm_cmd, processes_mentioning, run_dlcomm
+from tests.conftest import dlcomm_cmd, processes_mentioning, run_dlcomm, run_dlcomm_here
 
 QUICK = ("--workload", "digits-cnn", "--epochs", "1", "--quiet")
 
@@ -135,7 +135,7 @@ def _one_line_error(res):
     return lines[0]
 
 
-@pytest.mark.parametrize("args,message", [
+BAD_INPUT = [
     (("--workload", "imagenet"), "unknown workload 'imagenet'"),
     (("--exchange", "carrier-pigeon"), "unknown exchange 'carrier-pigeon'"),
     (("--workers", "0"), "--workers must be >= 1"),
@@ -145,12 +145,17 @@ def _one_line_error(res):
     (("--config", "corrupt.json"), "is corrupt"),
     (("--config", "unknown.json"), "unknown option 'wrkers'"),
     (("--epochs", "many"), "'many' is not a valid integer"),
-])
+]
+
+
+@pytest.mark.parametrize("args,message", BAD_INPUT)
 def test_bad_input_one_line_no_work(job_tmp, args, message):
     (job_tmp / "corrupt.json").write_text('{"workers": 2,')
     (job_tmp / "unknown.json").write_text('{"wrkers": 2}')
-    res = run_dlcomm("train", *args, "--json", "out.json", tmp=job_tmp, timeout=60) \
-        if "--json" not in args else run_dlcomm("train", *args, tmp=job_tmp, timeout=60)
+    argv = ["train", *args] if "--json" in args else ["train", *args, "--json", "out.json"]
+    # the first case as the real command, the others through its error handling here
+    res = run_dlcomm(*argv, tmp=job_tmp, timeout=60) if (args, message) == BAD_INPUT[0] \
+        else run_dlcomm_here(*argv, tmp=job_tmp)
     assert message in _one_line_error(res)
     assert not (job_tmp / "out.json").exists()
 

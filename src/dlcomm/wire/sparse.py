@@ -34,10 +34,12 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["Blocks", "Presence", "presence", "block_peaks", "block_density", "present_blocks",
            "zero_absent_blocks",
@@ -111,6 +113,8 @@ def _per_block(x: np.ndarray, b: int, blocks: np.ndarray | None,
     """``rows`` applied to every block of ``b`` elements of ``x`` (or only to the sorted
     block indices ``blocks``, gathered), ``tail`` to a partial last block. torch's row
     reductions run several times faster than numpy's on short rows, on ``x``'s own memory."""
+    import torch  # here, not at the top: the switch decodes this format without torch
+
     full, rest = divmod(len(x), b)
     view = torch.from_numpy(x[: full * b]).view(full, b)
     if blocks is None:
@@ -129,7 +133,7 @@ def block_peaks(x: np.ndarray, b: int, blocks: np.ndarray | None = None) -> np.n
     """max |x| per block of ``b`` elements (NaN if the block holds one), in two reductions
     without a temporary; of every block, or of the sorted block indices ``blocks``."""
     return _per_block(x, b, blocks,
-                      lambda r: torch.maximum(r.amax(dim=1), r.amin(dim=1).neg_()).numpy(),
+                      lambda r: r.amax(dim=1).maximum(r.amin(dim=1).neg_()).numpy(),
                       lambda t: max(t.max(), -t.min()), np.float32)
 
 
@@ -163,6 +167,8 @@ def present_blocks(x: np.ndarray, b: int) -> tuple[np.ndarray, np.ndarray]:
     larger one, belongs to a float other than +-0 (-0.0 is the bytes 00 00 00 80). Exactly
     0x80: -0.0, or values whose bytes are all at most 0x80 (1.0 is 00 00 80 3F): those few
     blocks are looked at again."""
+    import torch
+
     if x.dtype != np.float32:
         raise TypeError(f"present_blocks reads float32 bytes, got {x.dtype}")
     full, rest = divmod(len(x), b)
@@ -187,6 +193,8 @@ def block_density(x: np.ndarray, b: int, every: int = 1) -> float:
     """Fraction of blocks of ``b`` elements holding a value other than +-0 (NaN counts),
     estimated from every ``every``-th block (a deterministic sample: workers that hold the
     same data get the same answer)."""
+    import torch
+
     full = len(x) // b
     if full == 0:
         return float(bool(np.any(x != 0))) if len(x) else 0.0
