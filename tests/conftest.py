@@ -32,12 +32,18 @@ def run_dlcomm_here(*args: str, tmp: Path) -> subprocess.CompletedProcess:
     Every test that uses it keeps one case that runs the real command (:func:`run_dlcomm`)."""
     import contextlib
     import io
+    import signal
     import tempfile
+    import threading
 
     from dlcomm.cli import main
 
+    def state() -> tuple[object, ...]:  # what a command must not leave changed
+        return (threading.active_count(), psutil.Process().children(),
+                [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)])
+
     out, err = io.StringIO(), io.StringIO()
-    cwd, saved = os.getcwd(), os.environ.get("TMPDIR")
+    cwd, env, tempdir, before = os.getcwd(), dict(os.environ), tempfile.tempdir, state()
     os.chdir(tmp)
     os.environ["TMPDIR"], tempfile.tempdir = str(tmp), None
     try:
@@ -45,11 +51,14 @@ def run_dlcomm_here(*args: str, tmp: Path) -> subprocess.CompletedProcess:
             code = main(list(args))
     finally:
         os.chdir(cwd)
-        if saved is None:
-            del os.environ["TMPDIR"]
-        else:
-            os.environ["TMPDIR"] = saved
-        tempfile.tempdir = None
+        # torch sets its own (TORCHINDUCTOR_CACHE_DIR) when it first loads its compiler
+        left = {k for k in set(env) | set(os.environ) if k != "TMPDIR" and
+                not k.startswith("TORCH") and env.get(k) != os.environ.get(k)}
+        os.environ.clear()
+        os.environ.update(env)
+        tempfile.tempdir = tempdir
+    assert not left, f"the command changed the environment: {sorted(left)}"
+    assert state() == before, "the command left threads, processes or signal handlers"
     return subprocess.CompletedProcess(["dlcomm", *args], code, out.getvalue(), err.getvalue())
 
 

@@ -209,9 +209,11 @@ class SwitchServer:
 
     def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         """A failed accept (no file descriptors) is counted and logged once, not a
-        traceback a second for as long as a flood lasts; anything else as asyncio would."""
+        traceback a second for as long as a flood lasts; anything else as asyncio would.
+        asyncio reports a failed accept with the listening socket in the context."""
         exc = context.get("exception")
-        if isinstance(exc, OSError) and exc.errno in OUT_OF_RESOURCES:
+        if isinstance(exc, OSError) and exc.errno in OUT_OF_RESOURCES and \
+                context.get("socket") is not None:
             self.control.count("accept_errors")
             self.control.log_once("accept_errors", "cannot accept a control connection "
                                   f"({exc.strerror}); accepting again in a second")
@@ -238,7 +240,7 @@ class SwitchServer:
                     for j in table.jobs.values()}
             counters = dp.all_counters()
             slots_in_use = table.slots_in_use()
-        counters.update(self.state.counters)
+        counters.update(dict(self.state.counters))  # one copy: the loop thread may add keys
         return {"address": f"{self.address[0]}:{self.address[1]}", "counters": counters,
                 "slots_total": table.total_slots, "slots_in_use": slots_in_use,
                 "jobs": jobs, "control": self.control.stats_of_jobs(),
