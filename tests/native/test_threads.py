@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from dlcomm.native.harness import build_threads, threads_env
+from tests.native.test_sanitized import needs_gcc
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("gcc") is None or not Path("/usr/include/openssl/evp.h").exists(),
-    reason="the ThreadSanitizer build needs gcc and OpenSSL's headers")
+pytestmark = needs_gcc
 
 
 def test_the_switch_threads_share_nothing_unsynchronised(tmp_path: Path):

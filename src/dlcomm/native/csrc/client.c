@@ -656,10 +656,9 @@ void dlc_client_stats(const dlc_client *c, uint64_t *out) { memcpy(out, c->stats
 
 /* -- the socket loop -------------------------------------------------------------------- */
 static int dropped(dlc_client *c) {
-    if (c->drop_rate <= 0) return 0;
-    c->rng ^= c->rng << 13; c->rng ^= c->rng >> 7; c->rng ^= c->rng << 17;
-    if ((c->rng >> 11) * 0x1.0p-53 < c->drop_rate) { c->stats[S_DROPS]++; return 1; }
-    return 0;
+    if (!dlc_coin(&c->rng, c->drop_rate)) return 0;
+    c->stats[S_DROPS]++;
+    return 1;
 }
 
 /* Send outputs[from, to) (one address, one size) as one UDP_SEGMENT datagram: 0, 1 (the

@@ -143,18 +143,18 @@ static int resend(dlc_ctx *ctx, dlc_job *job, int slot, dlc_copy *c, int to, siz
     return answer(ctx, job, &h, to, frame + DLC_HDR, blen, size, ip, port);
 }
 
+static int injected_drop(dlc_ctx *ctx) {
+    if (!dlc_coin(&ctx->rng, ctx->drop_rate)) return 0;
+    DLC_BUMP(ctx->counters[C_drop_injected_out], 1);
+    return 1;
+}
+
 void dlc_sendmmsg_all(dlc_ctx *ctx, int fd, dlc_out *outs, int n) {
     struct mmsghdr msgs[DLC_MAX_OUTS];
     struct sockaddr_in addrs[DLC_MAX_OUTS];
     int m = 0;
     for (int i = 0; i < n; i++) {
-        if (ctx->drop_rate > 0) {
-            ctx->rng ^= ctx->rng << 13; ctx->rng ^= ctx->rng >> 7; ctx->rng ^= ctx->rng << 17;
-            if ((ctx->rng >> 11) * 0x1.0p-53 < ctx->drop_rate) {
-                DLC_BUMP(ctx->counters[C_drop_injected_out], 1);
-                continue;
-            }
-        }
+        if (injected_drop(ctx)) continue;
         memset(&addrs[m], 0, sizeof addrs[m]);
         addrs[m].sin_family = AF_INET;
         addrs[m].sin_addr.s_addr = htonl(outs[i].ip);
@@ -181,16 +181,6 @@ void dlc_sendmmsg_all(dlc_ctx *ctx, int fd, dlc_out *outs, int n) {
         }
         done += r;
     }
-}
-
-static int injected_drop(dlc_ctx *ctx) {
-    if (ctx->drop_rate <= 0) return 0;
-    ctx->rng ^= ctx->rng << 13; ctx->rng ^= ctx->rng >> 7; ctx->rng ^= ctx->rng << 17;
-    if ((ctx->rng >> 11) * 0x1.0p-53 < ctx->drop_rate) {
-        DLC_BUMP(ctx->counters[C_drop_injected_out], 1);
-        return 1;
-    }
-    return 0;
 }
 
 static void gso_send(dlc_ctx *ctx, dlc_gso *b) {

@@ -23,6 +23,16 @@
 #define DLC_MAX_WORKERS 64      /* native jobs: a bitmap of 64 ranks; larger jobs run in Python */
 #define DLC_WINDOW_BITS 4096    /* replay window (wire/auth.ReplayWindow) */
 
+/* Loss injection (--drop-rate, drop=): a xorshift64 coin that lands with probability p; the
+ * generator moves only where p > 0. */
+static inline int dlc_coin(uint64_t *rng, double p) {
+    if (p <= 0) return 0;
+    uint64_t x = *rng;
+    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+    *rng = x;
+    return (double)(x >> 11) * 0x1.0p-53 < p;
+}
+
 /* A counter of one thread's context, which other threads read (dlc_counters): its one
  * writer adds by a relaxed atomic load and store (plain moves on x86-64, no locked add), so
  * no reader races with it. */

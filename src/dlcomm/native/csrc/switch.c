@@ -345,9 +345,9 @@ int dlc_serve(dlc_switch *sw, int fd, double drop_rate, uint64_t seed, int use_g
             for (size_t off = 0; off < len; off += seg) {
                 size_t part = len - off < seg ? len - off : seg;
                 if (seg < len) DLC_BUMP(ctx->counters[C_gro_segments], 1);
-                if (drop_rate > 0) {
-                    ctx->rng ^= ctx->rng << 13; ctx->rng ^= ctx->rng >> 7; ctx->rng ^= ctx->rng << 17;
-                    if ((ctx->rng >> 11) * 0x1.0p-53 < drop_rate) { DLC_BUMP(ctx->counters[C_drop_injected_in], 1); continue; }
+                if (dlc_coin(&ctx->rng, drop_rate)) {
+                    DLC_BUMP(ctx->counters[C_drop_injected_in], 1);
+                    continue;
                 }
                 if (ctx->outs.n >= DLC_MAX_OUTS - 1 || ctx->outs.used + RXBUF + 64 > ctx->outs.cap) {
                     dlc_sendmmsg_all(ctx, fd, ctx->outs.out, ctx->outs.n);
