@@ -35,6 +35,7 @@ def serve(bind: str, slots: int, max_k: int | None, drop_rate: float, seed: int,
           job_timeout_s: float, cert: str | None, key: str | None, token_file: str | None,
           metrics: str | None, stats_file: str | None, quiet: bool,
           limit_options: dict[str, int], dataplane: str = "native", threads: int = 1) -> None:
+    from dlcomm.results import write_json  # now: serving may leave no descriptor to import
     from dlcomm.switch.server import SwitchServer
 
     (host, port), = parse_addresses(bind, any_port=True)
@@ -78,5 +79,4 @@ def serve(bind: str, slots: int, max_k: int | None, drop_rate: float, seed: int,
         raise DlcommError(f"the switch stopped: {exc!r}") from exc
     finally:
         if stats_file:
-            from dlcomm.results import write_json
             write_json(stats_file, server.stats())

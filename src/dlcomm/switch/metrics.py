@@ -22,6 +22,11 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+# imported with this module, before the switch serves: an import at the first scrape may
+# find every file descriptor taken by a flood of connections
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
 from dlcomm.errors import ConfigError
 from dlcomm.switch.client import parse_addresses
 
@@ -39,8 +44,6 @@ def _name(counter: str) -> str:
 
 def families(s: dict[str, Any]) -> list[Any]:
     """The metric families of one stats snapshot ``s`` (:meth:`SwitchServer.stats`)."""
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
     out: list[Any] = []
     counters = s["counters"]
     drops = CounterMetricFamily("dlcomm_switch_drops", "datagrams dropped, by reason",
@@ -99,8 +102,6 @@ def collector(stats: Any) -> Any:
 
 def export(server: Any, where: str) -> None:
     """Serve ``server``'s counters on HOST:PORT (HTTP, the Prometheus text format)."""
-    from prometheus_client import CollectorRegistry, start_http_server
-
     (host, port), = parse_addresses(where)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector(server.stats))

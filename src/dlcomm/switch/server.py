@@ -83,9 +83,13 @@ class SwitchServer:
         table = JobTable(slots, max_k or max_elements())
         self.core: Core | None = None
         if dataplane == "native":
+            # every module the packet loops need is imported now: an import after the
+            # control plane accepts may find every file descriptor taken by a flood
             from dlcomm.native.switch import Core
             from dlcomm.switch.native_dataplane import NativeDataplane
+            from dlcomm.switch.native_loop import NativeLoop
 
+            self._native_loop_type: type[NativeLoop] = NativeLoop
             self.core = Core()
             self.state = SwitchState(table, NativeDataplane(table, self.core))
         else:
@@ -137,13 +141,10 @@ class SwitchServer:
     # -- packets -----------------------------------------------------------------------
     def serve_native(self) -> None:
         """The packet loops in C (:mod:`dlcomm.switch.native_loop`)."""
-        from dlcomm.switch.native_loop import NativeLoop
-
         assert self.core is not None
-        self.native_loop = NativeLoop(self.core, self.state, self.sockets, self.drop_rate,
-                                      self.rng.randrange(1 << 30),
-                                      lambda: self._call_control(self.control.tell_failures),
-                                      self._stop, self._count)
+        self.native_loop = self._native_loop_type(
+            self.core, self.state, self.sockets, self.drop_rate, self.rng.randrange(1 << 30),
+            lambda: self._call_control(self.control.tell_failures), self._stop, self._count)
         self.native_loop.run()
 
     def serve_packets(self) -> None:

@@ -345,3 +345,27 @@ def test_junk_batches_at_the_switch_do_not_disturb_a_job(switch):
     after = stats_of(switch)["counters"]
     dropped = sum(after[k] - before.get(k, 0) for k in after if k.startswith("drop_"))
     assert dropped > 100
+
+
+@pytest.mark.parametrize("dataplane", ["native", "python"])
+def test_the_switch_imports_nothing_once_it_listens(dataplane):
+    """A module imported after the switch listens needs a free file descriptor, and a flood of
+    control connections may have taken them all (the switch once stopped so, importing its
+    packet loop). Python reports each import as it happens, so the log shows any that come
+    after the listening line: a dense and a sparse job, a statistics request and a metrics
+    scrape must add none."""
+    from tests.switch.test_metrics import free_port, scrape
+
+    port = free_port()
+    with running_switches("127.0.0.1", prefix=["env", "PYTHONPROFILEIMPORTTIME=1"],
+                          extra_args=["--dataplane", dataplane,
+                                      "--metrics", f"127.0.0.1:{port}"]) as service:
+        outs = run_ranks(spec(service), "sum") + run_ranks(
+            "sparse-" + spec(service, k=1024, block=256), "sum")
+        assert all("checksum" in o for o in outs), outs
+        assert stats_of(service)["counters"]["completions"] > 0
+        assert "dlcomm_switch_completions" in scrape(port)
+        log = service.logs[0].read_text(errors="replace")
+    after = log[log.index("dlcomm switch listening on"):].splitlines()[1:]
+    late = [line for line in after if line.startswith("import time:")]
+    assert not late, "imported after listening:\n" + "\n".join(late[:20])
