@@ -26,7 +26,6 @@ import asyncio
 import hmac
 import secrets
 import ssl
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from typing import Any
 from dlcomm.sockets import keepalive
 from dlcomm.switch.groups import granted_port
 from dlcomm.switch.jobs import SwitchFull
+from dlcomm.switch.log import say_once
 from dlcomm.switch.registrations import (
     Conn,
     Limits,
@@ -83,10 +83,7 @@ class ControlPlane:
         self.state.counters[f"control_{what}"] += 1
 
     def log_once(self, reason: str, detail: str) -> None:
-        if reason not in self.logged:
-            self.logged.add(reason)
-            print(f"dlcomm switch: {detail} (counted as control_{reason}; later ones are "
-                  "only counted)", file=sys.stderr, flush=True)
+        say_once(self.logged, f"control_{reason}", detail)
 
     # -- connections ---------------------------------------------------------------------
     async def connection(self, reader: asyncio.StreamReader,
@@ -100,11 +97,10 @@ class ControlPlane:
             writer.close()
             return
         self.connections[source] += 1
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            keepalive(sock)  # a peer host that vanished is noticed
         conn = Conn(writer, source)
         try:
+            if (sock := writer.get_extra_info("socket")) is not None:
+                keepalive(sock)  # a peer host that vanished is noticed
             await self._serve(reader, conn)
         except (OSError, ssl.SSLError, asyncio.IncompleteReadError, ConnectionError):
             self.count("connection_errors")
@@ -144,8 +140,8 @@ class ControlPlane:
             except BadRequest as exc:
                 self.count("bad_requests")
                 reply = {"ok": False, "error": str(exc)}
-            except SwitchFull as exc:
-                reply = {"ok": False, "error": f"switch full: {exc}"}
+            except (SwitchFull, MemoryError) as exc:  # MemoryError: a new job's slots
+                reply = {"ok": False, "error": f"switch full: {str(exc) or 'out of memory'}"}
             rid = req.get("id")
             if type(rid) is int:   # every reply, refusals too, answers its request's id
                 reply["id"] = rid
@@ -221,7 +217,11 @@ class ControlPlane:
                                                 block, AUTH_MODES[auth_name])
             except ValueError as exc:
                 raise BadRequest(str(exc)) from None
-            self.state.dataplane.add_job(job)
+            try:
+                self.state.dataplane.add_job(job)
+            except Exception:   # out of memory, say: no half-made job keeps its slots
+                self.state.dataplane.remove_job(job.job_id)
+                raise
         reg = Registration(job, [secrets.token_bytes(TICKET_SIZE) for _ in addresses],
                             [secrets.token_bytes(NONCE_SIZE) for _ in addresses], now,
                             last_control=now)

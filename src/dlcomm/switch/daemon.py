@@ -78,5 +78,13 @@ def serve(bind: str, slots: int, max_k: int | None, drop_rate: float, seed: int,
             raise
         raise DlcommError(f"the switch stopped: {exc!r}") from exc
     finally:
+        ending = sys.exc_info()[1]
         if stats_file:
-            write_json(stats_file, server.stats())
+            try:
+                write_json(stats_file, server.stats())
+            except OSError as exc:   # a full disk, say; the reason the switch ended stands
+                problem = f"cannot write the statistics file {stats_file}: {exc.strerror or exc}"
+                if ending is not None:
+                    print(f"dlcomm switch: {problem}", file=sys.stderr, flush=True)
+                else:
+                    raise DlcommError(problem) from exc

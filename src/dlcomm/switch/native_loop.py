@@ -36,6 +36,16 @@ class NativeLoop:
         self.tell_failures, self.stopped = tell_failures, stopped
         self.cpu_s: list[float] = [0.0] * len(sockets)
         self._count = count   # counted by reason, logged once (the server's)
+        self.fatal: BaseException | None = None   # what ended a thread, and so the switch
+
+    def _guarded(self, target: Callable[..., None], *args: int) -> None:
+        """Run a thread's loop; if it fails (a packet loop that cannot allocate its buffers,
+        say), the switch stops with the reason rather than serve on without that thread."""
+        try:
+            target(*args)
+        except BaseException as exc:  # noqa: BLE001 (told to the service, which stops)
+            self.fatal = exc
+            self.stopped.set()
 
     def _packets(self, index: int) -> None:
         self.cpu_s[index] = self.core.serve(self.sockets[index].fileno(), self.drop_rate,
@@ -74,22 +84,25 @@ class NativeLoop:
 
     def run(self) -> None:
         """Serve until ``stopped`` is set (then :meth:`Core.stop` ends the C loops)."""
-        threads = [threading.Thread(target=self._packets, args=(i,), daemon=True,
-                                    name=f"dlcomm-switch-native-{i}")
+        threads = [threading.Thread(target=self._guarded, args=(self._packets, i),
+                                    daemon=True, name=f"dlcomm-switch-native-{i}")
                    for i in range(len(self.sockets))]
-        threads += [threading.Thread(target=self._slow_path, daemon=True,
-                                     name="dlcomm-switch-slow-path")]
-        for thread in threads:
-            thread.start()
+        threads += [threading.Thread(target=self._guarded, args=(self._slow_path,),
+                                     daemon=True, name="dlcomm-switch-slow-path")]
         try:
+            for thread in threads:
+                thread.start()
             self._watch()
         finally:
             self.core.stop()
             for thread in threads:
-                thread.join(timeout=5)
+                if thread.ident is not None:   # started
+                    thread.join(timeout=5)
             if not any(t.is_alive() for t in threads):
                 with self.state.lock:
                     self.core.close()   # nothing runs in it any more
+        if self.fatal is not None:
+            raise self.fatal
 
     def stats(self) -> dict[str, Any]:
         return {"threads": len(self.sockets), "thread_cpu_s": [round(c, 6) for c in self.cpu_s]}

@@ -122,6 +122,8 @@ def registration_stats(registrations: dict[int, Registration],
                        connections: Counter[str]) -> dict[str, Any]:
     """The control plane's part of ``stats``: each registration's liveness and attached
     ranks, and the open connections."""
+    # copies taken in one step each: a scrape runs on the exporter's thread while the
+    # event loop's thread adds and removes entries
     return {"registrations": {str(j): {"live": r.job.live, "attached": sorted(r.attached)}
-                              for j, r in registrations.items()},
-            "connections": sum(connections.values())}
+                              for j, r in list(registrations.items())},
+            "connections": sum(list(connections.values()))}

@@ -17,7 +17,6 @@ import contextlib
 import errno
 import random
 import socket
-import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -27,6 +26,7 @@ from dlcomm.switch.control import ControlPlane, line_limit
 from dlcomm.switch.dataplane import Dataplane
 from dlcomm.switch.groups import is_loopback
 from dlcomm.switch.jobs import JobTable
+from dlcomm.switch.log import say_once
 from dlcomm.switch.registrations import Limits, SwitchState
 from dlcomm.switch.security import Identity
 from dlcomm.switch.sending import send_outputs
@@ -130,10 +130,7 @@ class SwitchServer:
 
     def _count(self, reason: str, detail: str) -> None:
         self.state.counters[reason] += 1
-        if reason not in self._logged:
-            self._logged.add(reason)
-            print(f"dlcomm switch: {detail} (counted as {reason}; later ones are only "
-                  "counted)", file=sys.stderr, flush=True)
+        say_once(self._logged, reason, detail)
 
     def _send_udp(self, data: bytes, addr: tuple[str, int]) -> None:
         self.udp.sendto(data, addr)
