@@ -108,6 +108,7 @@ def test_a_packet_loop_that_cannot_start_stops_the_switch_with_its_reason():
     assert not alive, "the switch served on without its packet loop"
     assert len(ended) == 1 and isinstance(ended[0], MemoryError), ended
     assert server.udp.fileno() == -1 and server._loop is not None and server._loop.is_closed()
+    assert not server.core.handle, "the native switch was not freed after its threads ended"
 
 
 class FakeServer:
@@ -140,12 +141,14 @@ def test_a_statistics_file_that_cannot_be_written_is_one_line(monkeypatch, capsy
     monkeypatch.setattr(signal, "signal", lambda *args: None)
     stats = tmp_path / "stats.json"
     with pytest.raises(DlcommError) as raised:
-        daemon.serve("127.0.0.1:0", 16, None, 0.0, 0, 60.0, None, None, None, None, str(stats),
-                     True, LIMITS)
+        try:
+            raise KeyError("a caller's own exception, being handled")
+        except KeyError:   # not mistaken for the reason the switch ended
+            daemon.serve("127.0.0.1:0", 16, None, 0.0, 0, 60.0, None, None, None, None,
+                         str(stats), True, LIMITS)
     problem = f"cannot write the statistics file {stats}: No space left on device"
     if failure is None:   # the one reason the command fails
         assert str(raised.value) == problem
     else:                 # the reason the switch ended stands, the file's problem is a line
         assert str(raised.value) == f"the switch stopped: {failure!r}"
         assert capsys.readouterr().err == f"dlcomm switch: {problem}\n"
-    assert not stats.exists()

@@ -140,8 +140,8 @@ class ControlPlane:
             except BadRequest as exc:
                 self.count("bad_requests")
                 reply = {"ok": False, "error": str(exc)}
-            except (SwitchFull, MemoryError) as exc:  # MemoryError: a new job's slots
-                reply = {"ok": False, "error": f"switch full: {str(exc) or 'out of memory'}"}
+            except SwitchFull as exc:
+                reply = {"ok": False, "error": f"switch full: {exc}"}
             rid = req.get("id")
             if type(rid) is int:   # every reply, refusals too, answers its request's id
                 reply["id"] = rid
@@ -217,11 +217,7 @@ class ControlPlane:
                                                 block, AUTH_MODES[auth_name])
             except ValueError as exc:
                 raise BadRequest(str(exc)) from None
-            try:
-                self.state.dataplane.add_job(job)
-            except Exception:   # out of memory, say: no half-made job keeps its slots
-                self.state.dataplane.remove_job(job.job_id)
-                raise
+            self.state.add_job(job)
         reg = Registration(job, [secrets.token_bytes(TICKET_SIZE) for _ in addresses],
                             [secrets.token_bytes(NONCE_SIZE) for _ in addresses], now,
                             last_control=now)

@@ -15,6 +15,7 @@ import sys
 
 from dlcomm.errors import ConfigError, DlcommError
 from dlcomm.switch.client import parse_addresses
+from dlcomm.switch.log import say
 from dlcomm.switch.registrations import Limits
 from dlcomm.switch.security import identity, load_token, needs_token
 
@@ -71,20 +72,20 @@ def serve(bind: str, slots: int, max_k: int | None, drop_rate: float, seed: int,
         print(f"{LISTENING} {server.address[0]}:{server.address[1]} ({slots} slots, "
               f"{dataplane} dataplane x{threads}, sha256 {ident.fingerprint})",
               file=sys.stderr, flush=True)
+    ending: BaseException | None = None
     try:
         server.run()
     except BaseException as exc:
+        ending = exc
         if isinstance(exc, DlcommError):
             raise
         raise DlcommError(f"the switch stopped: {exc!r}") from exc
     finally:
-        ending = sys.exc_info()[1]
         if stats_file:
             try:
                 write_json(stats_file, server.stats())
             except OSError as exc:   # a full disk, say; the reason the switch ended stands
                 problem = f"cannot write the statistics file {stats_file}: {exc.strerror or exc}"
-                if ending is not None:
-                    print(f"dlcomm switch: {problem}", file=sys.stderr, flush=True)
-                else:
+                if ending is None:
                     raise DlcommError(problem) from exc
+                say(problem)

@@ -9,14 +9,17 @@ from __future__ import annotations
 import contextlib
 import sys
 
-__all__ = ["say_once"]
+__all__ = ["say", "say_once"]
+
+
+def say(line: str) -> None:
+    """One line to the switch's log, if it can be written."""
+    with contextlib.suppress(OSError, ValueError):  # ValueError: the stream was closed
+        print(f"dlcomm switch: {line}", file=sys.stderr, flush=True)
 
 
 def say_once(said: set[str], counter: str, detail: str) -> None:
     """Log ``detail`` unless an event counted as ``counter`` was logged before."""
-    if counter in said:
-        return
-    said.add(counter)
-    with contextlib.suppress(OSError, ValueError):  # ValueError: the stream was closed
-        print(f"dlcomm switch: {detail} (counted as {counter}; later ones are only counted)",
-              file=sys.stderr, flush=True)
+    if counter not in said:
+        said.add(counter)
+        say(f"{detail} (counted as {counter}; later ones are only counted)")

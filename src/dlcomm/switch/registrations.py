@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlcomm.switch.dataplane import Dataplane
-from dlcomm.switch.jobs import Job, JobTable
+from dlcomm.switch.jobs import Job, JobTable, SwitchFull
 from dlcomm.wire.control import BadRequest
 
 __all__ = ["Limits", "SwitchState", "valid_worker_address", "Registration", "Member", "Conn",
@@ -48,6 +48,17 @@ class SwitchState:
     dataplane: Dataplane
     lock: threading.Lock = field(default_factory=threading.Lock)
     counters: Counter[str] = field(default_factory=Counter)
+
+    def add_job(self, job: Job) -> None:
+        """Give the dataplane a job of the table, or take it from both (SwitchFull when its
+        slots cannot be allocated): no half-made job keeps its slots."""
+        try:
+            self.dataplane.add_job(job)
+        except Exception as exc:
+            self.dataplane.remove_job(job.job_id)
+            if isinstance(exc, MemoryError):
+                raise SwitchFull(str(exc) or "no memory for the job's slots") from None
+            raise
 
 
 def valid_worker_address(pair: Any) -> tuple[str, int]:
