@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import socket
 
-__all__ = ["set_buffers", "BUFFER_BYTES", "keepalive"]
+__all__ = ["set_buffers", "BUFFER_BYTES", "keepalive", "OUT_OF_RESOURCES"]
+
+# an accept that fails for want of these succeeds later: a server waits, then accepts again
+OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 SO_RCVBUFFORCE, SO_SNDBUFFORCE = 33, 32  # Linux
 BUFFER_BYTES = 64 << 20

@@ -80,9 +80,15 @@ def test_5_connections_are_capped_per_source():
 def test_5_running_out_of_file_descriptors_is_not_fatal():
     """40 idle connections under a 40-file limit once ended the control loop for good:
     now accept errors are retried (counted, logged once), and once the idle connections
-    close, jobs register again."""
-    with running_switches("127.0.0.1", prefix=["prlimit", "--nofile=40:40", "--"]) as service:
+    close, jobs register again. A scrape waiting meanwhile once spun a core (the exporter
+    retried its failed accept at once); it waits too, and is answered afterwards."""
+    from tests.switch.test_metrics import free_port
+
+    mport = free_port()
+    with running_switches("127.0.0.1", prefix=["prlimit", "--nofile=40:40", "--"],
+                          extra_args=["--metrics", f"127.0.0.1:{mport}"]) as service:
         address, fp = service.addresses[0], service.fingerprints[0]
+        switch = psutil.Process(service.procs[0].pid)   # prlimit execs the switch
         idle = []
         for _ in range(60):
             try:
@@ -90,8 +96,16 @@ def test_5_running_out_of_file_descriptors_is_not_fatal():
             except OSError:
                 break
         time.sleep(1.5)
+        scrape = socket.create_connection(("127.0.0.1", mport), timeout=10)
+        scrape.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+        before = sum(switch.cpu_times()[:2])
+        time.sleep(2)
+        busy_s = sum(switch.cpu_times()[:2]) - before
         for sock in idle:
             sock.close()
+        with scrape:
+            assert scrape.recv(64).startswith(b"HTTP/1.0 200")
+        assert busy_s < 0.5, f"the switch used {busy_s:.2f} CPU-s in 2 s of a flood"
 
         last: list[object] = []
 

@@ -19,15 +19,20 @@ its own), read from :meth:`SwitchServer.stats` at every scrape:
 from __future__ import annotations
 
 import re
+import threading
+import time
 from collections.abc import Iterator
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 # imported with this module, before the switch serves: an import at the first scrape may
 # find every file descriptor taken by a flood of connections
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from dlcomm.errors import ConfigError
+from dlcomm.sockets import OUT_OF_RESOURCES
 from dlcomm.switch.client import parse_addresses
 
 __all__ = ["export", "collector", "families", "AUTH_FAILURES"]
@@ -100,12 +105,38 @@ def collector(stats: Any) -> Any:
     return _Collector()
 
 
+class _Exporter(ThreadingMixIn, WSGIServer):
+    """A thread per scrape, as the client library's own server; but an accept that fails
+    for want of descriptors or memory (a flood of connections) waits a second before the
+    next try, as the control plane's does. The listening socket stays readable meanwhile,
+    and trying again at once would spin a core."""
+
+    daemon_threads = True
+    retry_s = 1.0
+
+    def get_request(self) -> Any:
+        try:
+            return super().get_request()
+        except OSError as exc:
+            if exc.errno in OUT_OF_RESOURCES:
+                time.sleep(self.retry_s)
+            raise
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes are not logged."""
+
+
 def export(server: Any, where: str) -> None:
-    """Serve ``server``'s counters on HOST:PORT (HTTP, the Prometheus text format)."""
+    """Serve ``server``'s counters on HOST:PORT (HTTP, the Prometheus text format) from a
+    thread of their own."""
     (host, port), = parse_addresses(where)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector(server.stats))
     try:
-        start_http_server(port, addr=host, registry=registry)
+        httpd = make_server(host, port, make_wsgi_app(registry), _Exporter, _Quiet)
     except OSError as exc:
         raise ConfigError(f"cannot export metrics on {where}: {exc.strerror or exc}") from exc
+    threading.Thread(target=httpd.serve_forever, daemon=True,
+                     name="dlcomm-switch-metrics").start()

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import random
 import socket
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from dlcomm.sockets import set_buffers
+from dlcomm.sockets import OUT_OF_RESOURCES, set_buffers
 from dlcomm.switch.control import ControlPlane, line_limit
 from dlcomm.switch.dataplane import Dataplane
 from dlcomm.switch.groups import is_loopback
@@ -39,8 +38,6 @@ if TYPE_CHECKING:
 __all__ = ["SwitchServer", "DATAPLANES"]
 
 DATAPLANES = ("native", "python")
-# an accept that fails for want of these is retried by asyncio a second later
-OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 def _udp(reuse_port: bool) -> socket.socket:
