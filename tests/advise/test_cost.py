@@ -17,7 +17,17 @@ from dlcomm.advise.cost import (
     timeline,
 )
 from dlcomm.advise.profile import JobProfile
-from dlcomm.advise.run import advise_result, machine_factor, rank, straggler_clusters, sweep
+from dlcomm.advise.run import (
+    KNOWN_ERROR,
+    SHARED_RING_ERROR,
+    advise_result,
+    known_error,
+    machine_factor,
+    rank,
+    ring_fixed_share,
+    straggler_clusters,
+    sweep,
+)
 from dlcomm.advise.verify import median_step_time, run_order, score, train_args_for
 from dlcomm.errors import ConfigError
 from dlcomm.workloads.catalog.compute import Bucket
@@ -250,3 +260,26 @@ def test_the_report_shows_the_recommendations_round_by_round_range():
     text = console.export_text()
     assert "medians of 3 runs" in text
     assert "round by round 1.14x-2.00x" in text   # 0.08/0.07 .. 0.10/0.05
+
+
+def test_the_known_error_widens_where_a_latency_bound_ring_shares_the_cores():
+    small = job(compute_s=0.002, sizes=(605_224,))   # digits-cnn's one bucket
+    shared_fast = Cluster(4, 10e9, compute_factor=2.0, cpu_factor=2.0)
+    shared_slow = Cluster(4, 100e6, compute_factor=2.0, cpu_factor=2.0)
+    own_cores = Cluster(4, 10e9)
+    # 6 messages x 2 x 0.43 ms against 0.7 ms of bytes: mostly fixed costs
+    assert ring_fixed_share(small, shared_fast, K) > 0.8
+    assert ring_fixed_share(small, shared_slow, K) < 0.1  # 73 ms of bytes at 100 Mbit/s
+    assert known_error(small, shared_fast, K) == (
+        SHARED_RING_ERROR, "workers sharing this machine's cores, a ring of mostly fixed costs")
+    assert known_error(small, shared_slow, K)[0] == KNOWN_ERROR
+    assert known_error(small, own_cores, K)[0] == KNOWN_ERROR  # no sharing: the model's
+    # a calibration's worst fit widens it where larger, and is kept where it is the larger
+    assert known_error(small, own_cores, K, fitted=0.2) == (0.2, "the calibration's worst fit")
+    assert known_error(small, shared_fast, K, fitted=0.4)[0] == 0.4
+    assert known_error(small, own_cores, K, fitted=0.05)[0] == KNOWN_ERROR
+    confidence = advise_result(small, [Candidate("ring"), Candidate("switch")], shared_fast,
+                               K, {"workload": "toy"})["summary"]["confidence"]
+    assert confidence["known_error"] == SHARED_RING_ERROR
+    assert "sharing this machine's cores" in confidence["meaning"]
+    assert confidence["known_error_from"].startswith("workers sharing")

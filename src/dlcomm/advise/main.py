@@ -225,7 +225,7 @@ def run_advise(workload: str | None, model_target: str | None, workers: int, ban
            "batch_size": profile.batch, "straggler": straggler, "host_speedup": host_speedup,
            "dilation": dilation, "compute_ms": compute_ms}
     result = advise_result(profile, cands, cluster, k, job, lag,
-                           known_error=None if calibration is None
+                           fit_error=None if calibration is None
                            else calibration["fit_error"])
     if calibration is not None:
         result["calibration"] = calibration
