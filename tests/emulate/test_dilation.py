@@ -51,8 +51,10 @@ def test_schedule_and_breakdown_real_scale():
     assert sched.bucket_ready_s[-1] <= sched.timing.backward_s + 1e-12
     compute = sched.timing.iteration_s
     rec = {"iteration_s": 10 * (compute + 0.05), "comm_busy_s": 10 * 0.08, "cpu_s": 1.0}
-    gathered = [{"records": [rec, rec], "peak_rss_bytes": 1, "stats": {}}] * 2
+    # 3 iterations of warm-up: --warmup 1 and PowerSGD's 2 uncompressed ones
+    gathered = [{"records": [rec, rec], "peak_rss_bytes": 1, "stats": {}, "warmup": 3}] * 2
     s = breakdown(cfg, sched, gathered)
+    assert s["warmup_iterations"] == 3
     assert s["iteration_time_s"] == pytest.approx(compute + 0.05)
     assert s["exposed_comm_s"] == pytest.approx(0.05)
     assert s["overlap_s"] == pytest.approx(0.03)

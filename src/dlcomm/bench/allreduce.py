@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from dlcomm.errors import ConfigError
-from dlcomm.exchange import EXCHANGES, ExchangeContext, make_exchange
+from dlcomm.exchange import EXCHANGES, Exchange, ExchangeContext, make_exchange
 from dlcomm.registry import parse_spec
 from dlcomm.runtime.env import WorkerEnv, process_group, set_threads, wire_bytes
 
@@ -139,6 +139,12 @@ def _one_rep(cfg: AllreduceBench, exchange: Any, x: torch.Tensor
     return rep, out
 
 
+def _warmup(cfg: AllreduceBench, exchanges: list[Exchange]) -> int:
+    """``--warmup`` repetitions, and as many more as an exchange runs otherwise at its start
+    (PowerSGD's uncompressed start; every exchange alike when they take turns)."""
+    return cfg.warmup + max(ex.warmup_iterations for ex in exchanges)
+
+
 def _measure_all(cfg: AllreduceBench, env: WorkerEnv, x: torch.Tensor
                  ) -> Iterator[tuple[list[dict[str, Any]], torch.Tensor, dict[str, Any]]]:
     """Every exchange's repetitions, its last result and its stats, exchange by exchange:
@@ -151,9 +157,10 @@ def _measure_all(cfg: AllreduceBench, env: WorkerEnv, x: torch.Tensor
             exchange = _open(cfg, env, spec)
             try:
                 reps, result = [], x
-                for i in range(cfg.warmup + cfg.reps):
+                warmup = _warmup(cfg, [exchange])
+                for i in range(warmup + cfg.reps):
                     rep, result = _one_rep(cfg, exchange, x)   # only the last result is kept
-                    if i >= cfg.warmup:
+                    if i >= warmup:
                         reps.append(rep)
                 stats = exchange.stats().as_dict()
             finally:
@@ -167,10 +174,11 @@ def _measure_all(cfg: AllreduceBench, env: WorkerEnv, x: torch.Tensor
             exchanges.append(_open(cfg, env, spec))
         runs: list[list[dict[str, Any]]] = [[] for _ in exchanges]
         last: list[torch.Tensor] = [x] * len(exchanges)
-        for i in range(cfg.warmup + cfg.reps):
+        warmup = _warmup(cfg, exchanges)
+        for i in range(warmup + cfg.reps):
             for j, exchange in enumerate(exchanges):
                 rep, last[j] = _one_rep(cfg, exchange, x)
-                if i >= cfg.warmup:
+                if i >= warmup:
                     runs[j].append(rep)
         stats = [ex.stats().as_dict() for ex in exchanges]
     finally:

@@ -33,7 +33,9 @@ bench.add_command(backend_cmd)
 @click.option("--workers", type=int, default=4, show_default=True)
 @click.option("--size", default="100MB", show_default=True, help="Tensor bytes per worker.")
 @click.option("--reps", type=int, default=5, show_default=True, help="Timed repetitions.")
-@click.option("--warmup", type=int, default=1, show_default=True)
+@click.option("--warmup", type=int, default=1, show_default=True,
+              help="Unmeasured repetitions first, and as many more as an exchange "
+                   "runs otherwise at its start (PowerSGD's uncompressed start).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the inputs.")
 @click.option("--timeout-s", type=float, default=300.0, show_default=True)
 @click.option("--density", type=float, default=1.0, show_default=True,

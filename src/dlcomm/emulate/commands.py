@@ -132,7 +132,9 @@ def cluster_check(hosts: int, bandwidth: str, topology: str, seconds: float,
 @click.option("--exchange", "exchanges", default="ring", show_default=True,
               help="Exchange spec(s), comma-separated: each is measured on the same cluster.")
 @click.option("--iterations", type=int, default=3, show_default=True)
-@click.option("--warmup", type=int, default=1, show_default=True)
+@click.option("--warmup", type=int, default=1, show_default=True,
+              help="Unmeasured iterations first, and as many more as an exchange runs "
+                   "otherwise at its start (PowerSGD's uncompressed start).")
 @click.option("--topology", default="star", show_default=True)
 @click.option("--json", "json_path", help="Write the JSON result here.")
 def emulate(workload: str, workers: int, bandwidth: str, accelerator: str, batch: int | None,

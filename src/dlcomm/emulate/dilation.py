@@ -187,8 +187,9 @@ def worker_main(config: dict[str, Any]) -> None:
                                                                job_name=cfg.job_name))
         buffers = gradient_buffers(sched.bucket_numel, env.rank)
         records = []
+        warmup = cfg.warmup + exchange.warmup_iterations  # past PowerSGD's uncompressed start
         try:
-            for i in range(cfg.warmup + cfg.iterations):
+            for i in range(warmup + cfg.iterations):
                 if i:
                     for buf in buffers:  # the sums become the next averages, as in DDP
                         buf.div_(env.world_size)
@@ -199,12 +200,12 @@ def worker_main(config: dict[str, Any]) -> None:
                 rec["cpu_s"] = c1 - c0
                 if w0 and w1:
                     rec.update({key: w1[key] - w0[key] for key in w1})
-                if i >= cfg.warmup:
+                if i >= warmup:
                     records.append(rec)
             stats = exchange.stats().as_dict()
         finally:
             exchange.close()
-        mine = {"records": records, "stats": stats,
+        mine = {"records": records, "stats": stats, "warmup": warmup,
                 "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
         gathered: list[Any] = [None] * env.world_size
         dist.gather_object(mine, gathered if env.rank == 0 else None, dst=0)
@@ -233,6 +234,7 @@ def breakdown(cfg: EmulateConfig, sched: Schedule, gathered: list[dict[str, Any]
         "comm_share": exposed / iteration if iteration else 0.0,
         "measured_iteration_s": measured, "measured_iterations_s": per_iter,
         "dilation": k, "buckets": len(sched.bucket_numel),
+        "warmup_iterations": gathered[0]["warmup"],
         "gradient_bytes": sched.gradient_bytes,
         "emulation": {"wall_s_per_iteration": measured,
                       "cpu_s_per_iteration": statistics.median(cpu),

@@ -125,9 +125,10 @@ def compressed_from_options(ctx: ExchangeContext, options: dict[str, str]) -> Ex
         "addr", "fp", "token_file", "auth", "drop") if key in options}
     if inner_options:
         over = str(Spec(over, {**inner_options, **parse_spec(over).options}))
-    spec = str(Spec(method, options))
-    if method != "adaptive":
-        COMPRESSORS.check(method)
+    named = parse_spec(method)  # method=powersgd:rank=4 and method=powersgd,rank=4 alike
+    spec = str(Spec(named.name, {**named.options, **options}))
+    if named.name != "adaptive":
+        COMPRESSORS.check(named.name)
     inner = make_exchange(over, ctx)
     try:
         return compressed_exchange(inner, spec, memory, ctx)

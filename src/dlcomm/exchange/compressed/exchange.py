@@ -77,12 +77,12 @@ class CompressedExchange(Exchange):
                  spec: dict[str, str]) -> None:
         super().__init__(ctx, counting=inner.stats().counting)
         self.inner, self.policy, self.memory, self.spec = inner, policy, memory, spec
-        self.native = inner.capabilities.native_dtypes
-        self.sparse_inner = inner.capabilities.sparse
+        self.native, self.sparse_inner = inner.capabilities.native_dtypes, inner.capabilities.sparse
         self.word = torch.int32 if self.native else torch.float32
         for c in policy.compressors():
             c.bind(ctx.rank, ctx.world_size)
             check_world(c, max(ctx.world_size, 1), self.word)  # fails early, one line
+        self.warmup_iterations = max((c.warmup_iterations for c in policy.compressors()), default=0)
         self.layouts: dict[Any, list[torch.Size]] = {}
         self.gathered = GatherCount()
         self.dense_bytes = 0                          # float32 bytes handed to this exchange
