@@ -50,7 +50,8 @@ from dlcomm.timeline import finish_time
 
 __all__ = ["Constants", "Cluster", "Candidate", "Prediction", "bucket_time", "predict",
            "sync_costs", "protocol_cpu_s", "timeline", "load_constants", "HOP_DEGREE",
-           "PRAGUE_GROUP", "tcp_link_efficiency", "switch_link_efficiency", "EMULATED_MTU"]
+           "PRAGUE_GROUP", "ring_fixed_s", "tcp_link_efficiency", "switch_link_efficiency",
+           "EMULATED_MTU"]
 
 HOP_DEGREE = 2     # ``--sync hop``'s graph, a ring: two in- and two out-neighbours
 PRAGUE_GROUP = 4   # ``--sync prague``'s group size
@@ -218,12 +219,17 @@ def _switch_time(nbytes: float, c: Cluster, k: Constants,
     return f * k.switch_overhead_s + max(terms.values()), terms
 
 
+def ring_fixed_s(c: Cluster, k: Constants) -> float:
+    """One ring all-reduce's fixed cost on ``c``: 2(n-1) messages in a row, alpha each."""
+    return 2 * (c.workers - 1) * c.cpu_factor * k.ring_alpha_s
+
+
 def _ring_time(nbytes: float, c: Cluster, k: Constants) -> tuple[float, dict[str, float]]:
     n = c.workers
     bits = 2 * (n - 1) / n * 8 * nbytes
     terms = {"links": bits / (c.link_bps * k.ring_efficiency),
              "worker CPU": c.cpu_factor * bits / k.ring_rate_bps}
-    return 2 * (n - 1) * c.cpu_factor * k.ring_alpha_s + max(terms.values()), terms
+    return ring_fixed_s(c, k) + max(terms.values()), terms
 
 
 def _gather_time(nbytes: float, c: Cluster, k: Constants) -> tuple[float, dict[str, float]]:
@@ -257,10 +263,9 @@ def bucket_time(nbytes: float, cand: Candidate, profile: JobProfile, c: Cluster,
     else:
         raise ConfigError(f"no cost model for exchange {cand.exchange!r}")
     if cand.rounds > 1:  # each further round pays the inner exchange's fixed cost again
-        n = c.workers
-        fixed = k.switch_overhead_s if cand.exchange == "switch" and cand.summable else \
-            2 * (n - 1) * k.ring_alpha_s
-        t += (cand.rounds - 1) * c.cpu_factor * fixed
+        fixed = c.cpu_factor * k.switch_overhead_s \
+            if cand.exchange == "switch" and cand.summable else ring_fixed_s(c, k)
+        t += (cand.rounds - 1) * fixed
     for name, value in extra.items():
         terms = {**terms, name: terms.get(name, 0.0) + value}
     return t + sum(extra.values()), terms

@@ -21,7 +21,15 @@ import os
 from dataclasses import replace
 from typing import Any
 
-from dlcomm.advise.cost import Candidate, Cluster, Constants, Prediction, bucket_time, predict
+from dlcomm.advise.cost import (
+    Candidate,
+    Cluster,
+    Constants,
+    Prediction,
+    bucket_time,
+    predict,
+    ring_fixed_s,
+)
 from dlcomm.advise.profile import JobProfile
 from dlcomm.results import new_result
 
@@ -97,9 +105,7 @@ def ring_fixed_share(profile: JobProfile, cluster: Cluster, k: Constants) -> flo
     bucket, rather than bytes (pure)."""
     ring = Candidate("ring")
     total = sum(bucket_time(b.bytes, ring, profile, cluster, k)[0] for b in profile.buckets)
-    fixed = len(profile.buckets) * 2 * (cluster.workers - 1) * cluster.cpu_factor * \
-        k.ring_alpha_s
-    return fixed / total if total > 0 else 0.0
+    return len(profile.buckets) * ring_fixed_s(cluster, k) / total if total > 0 else 0.0
 
 
 def known_error(profile: JobProfile, cluster: Cluster, k: Constants,
