@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import time
 
-from dlcomm.advise.candidates import MAX_PEERS_TIMED, measure_method
+import pytest
+
+from dlcomm.advise.candidates import (
+    MAX_PEERS_TIMED,
+    MAX_SAMPLE,
+    MAX_SIZES,
+    SAMPLE,
+    candidates,
+    measure_method,
+    measure_together,
+    sample_sizes,
+)
+from dlcomm.errors import ConfigError
 
 
 def test_an_all_gathered_method_on_a_large_cluster_is_timed_on_a_few_peers():
@@ -17,3 +30,48 @@ def test_an_all_gathered_method_on_a_large_cluster_is_timed_on_a_few_peers():
     few = measure_method("topk:ratio=0.01", MAX_PEERS_TIMED, "ring", sample=2**16)
     assert not many.summable and many.exchange == "ring"
     assert many.compress_bps < few.compress_bps / 50
+
+
+def test_the_sizes_a_compressor_is_timed_at():
+    """Each bucket's size within bounds, near ones (within a quarter) once, at most
+    MAX_SIZES spread over them from the smallest to the largest."""
+    assert sample_sizes([]) == (SAMPLE,)
+    assert sample_sizes([10, 10**9]) == (SAMPLE, MAX_SAMPLE)
+    assert sample_sizes([2 * SAMPLE, int(2.2 * SAMPLE), 3 * SAMPLE]) == (2 * SAMPLE, 3 * SAMPLE)
+    many = sample_sizes([SAMPLE * 3**i // 2**i for i in range(12)])
+    assert len(many) == MAX_SIZES and many[0] == SAMPLE and many[-1] * 1.25 > MAX_SAMPLE
+    assert list(many) == sorted(set(many))
+
+
+def test_a_catalog_models_compressors_are_timed_at_its_bucket_sizes():
+    """Without the shapes, PowerSGD is timed on a flat bucket of each size: its ratio
+    falls as the bucket grows (a wider matrix for the same rank), and each is kept."""
+    cands = candidates(4, ("powersgd:rank=4",), bucket_elements=(SAMPLE, 4 * SAMPLE))
+    psgd = [c for c in cands if c.method is not None]
+    assert {c.exchange for c in psgd} == {"ring", "switch"}
+    for c in psgd:
+        assert [n for n, _, _ in c.sizes] == [SAMPLE, 4 * SAMPLE]
+        (_, small, _), (_, large, rate) = c.sizes
+        assert large < small and c.ratio == large and c.compress_bps == rate > 0
+
+
+def test_workers_sharing_the_cores_are_timed_together_and_leave_nothing_running():
+    """Timed in several processes at once, by CPU time: the same wire ratio as one
+    process measures, a rate for each job, and no process left behind."""
+    jobs = [("fp16", "ring", 2**16), ("powersgd:rank=4", "switch", 2**16)]
+    together = measure_together(3, jobs, 4)
+    alone = measure_together(1, jobs, 4)
+    assert [c.ratio for c in together] == [c.ratio for c in alone]
+    assert [c.method for c in together] == ["fp16", "powersgd:rank=4"]
+    assert all(c.compress_bps > 0 for c in together)
+    assert multiprocessing.active_children() == []
+
+
+def test_a_failure_while_timing_together_is_the_methods_error_and_leaves_nothing():
+    """A bad method fails in the measuring processes: its own error comes back (not a
+    broken pool's, nor after a wait at the meeting point), and no process is left."""
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError):
+        measure_together(2, [("fp16", "ring", 2**12), ("no-such-method", "ring", 2**12)], 2)
+    assert time.perf_counter() - t0 < 60
+    assert multiprocessing.active_children() == []

@@ -108,6 +108,27 @@ def test_compression_trades_bytes_for_cpu():
                               + K.round_s)
 
 
+def test_a_bucket_is_priced_at_the_rate_and_ratio_measured_nearest_its_size():
+    """A compressor's rate falls as its bucket outgrows the caches (PowerSGD's ratio falls
+    too): each bucket takes those measured at the size nearest its own, by ratio."""
+    sizes = ((2**20, 0.008, 8e9), (8 * 2**20, 0.003, 3e9))
+    cand = Candidate("switch", "powersgd:rank=4", 0.003, True, 3e9, rounds=2, sizes=sizes)
+    assert cand.at(2**20) == (0.008, 8e9)
+    assert cand.at(2 * 2**20) == (0.008, 8e9)      # 2x from 1M, 4x from 8M
+    assert cand.at(5 * 2**20) == (0.003, 3e9)      # 5x from 1M, 1.6x from 8M
+    assert cand.at(10**9) == (0.003, 3e9)
+    assert replace(cand, sizes=()).at(2**20) == (0.003, 3e9)
+    c = Cluster(4, 1e10)
+    nbytes = 4 * 2**20  # a bucket of 1 Mi elements: 8 Gbit/s, 0.8% on the wire
+    small, small_terms = bucket_time(nbytes, cand, job(), c, K)
+    flat, flat_terms = bucket_time(nbytes, replace(cand, sizes=()), job(), c, K)
+    # the compressor's time, less the switch client's for the larger payload
+    assert flat_terms["worker CPU"] - small_terms["worker CPU"] == pytest.approx(
+        8 * nbytes / 3e9 - 8 * nbytes / 8e9 - 8 * nbytes * (0.008 - 0.003) / K.client_rate_bps)
+    assert small_terms["links"] == pytest.approx(flat_terms["links"] * 0.008 / 0.003)
+    assert small < flat
+
+
 def test_ranking_sweep_and_result():
     cands = [Candidate("ring"), Candidate("switch")]
     c = Cluster(4, 1e9)

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import statistics
 import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -11,14 +17,20 @@ import torch
 from dlcomm.advise.cost import Candidate
 from dlcomm.compress import make_compressor
 from dlcomm.compress.api import wire_bytes
+from dlcomm.errors import DlcommError
 
-__all__ = ["EXCHANGES", "METHODS", "measure_method", "candidates"]
+__all__ = ["EXCHANGES", "METHODS", "measure_method", "sample_sizes", "measure_together",
+           "candidates"]
 
 EXCHANGES = ("ring", "switch", "sparse-switch", "auto")
 METHODS = ("fp16", "powersgd:rank=4", "topk:ratio=0.01")
 SAMPLE = 2**20  # elements a compressor is measured on, at least
 MAX_SAMPLE = 8 * 2**20
+MAX_SIZES = 6  # bucket sizes a compressor is timed at, at most
+MIN_TIMED_S = 0.5  # a compressor is timed for ``repeats`` runs and this long, at least
 MAX_PEERS_TIMED = 16  # peers' payloads decompressed while timing; more are extrapolated
+MAX_TOGETHER = 16  # processes timed at once for workers sharing the cores; more share as these
+BARRIER_S = 300.0  # a process that waits longer for the others gives up (one failed)
 
 
 def _summable_wire(compressor: Any, flat: torch.Tensor, shapes: list[torch.Size],
@@ -39,50 +51,135 @@ def _summable_wire(compressor: Any, flat: torch.Tensor, shapes: list[torch.Size]
 
 def measure_method(spec: str, workers: int, over: str,
                    shapes: tuple[tuple[int, ...], ...] = (), repeats: int = 3,
-                   sample: int = SAMPLE) -> Candidate:
+                   sample: int = SAMPLE,
+                   clock: Callable[[], float] = time.perf_counter) -> Candidate:
     """Compress the job's gradients (one bucket of ``shapes``, as the DDP hook hands them
     over, so that PowerSGD works matrix by matrix), or one flat bucket of ``sample``
     elements when the shapes are unknown (catalog models: the emulation hands over flat
     buckets), on normal values: the wire ratio (as the inner exchange carries it: the
     switch widens float16 to 32 bits) and the rate on this CPU (top-k's falls as the bucket
-    grows: it is measured at the job's size)."""
+    grows: it is measured at the job's size): the median of ``repeats`` runs or more, for
+    MIN_TIMED_S at least (a shared machine's rate wanders). ``clock`` times it: wall time, or the
+    process's CPU time when it shares the cores with others (a rate per core)."""
     compressor = make_compressor(spec)
     sizes = [torch.Size(s) for s in shapes] or [torch.Size((sample,))]
     elements = sum(s.numel() for s in sizes)
     flat = torch.randn(elements, generator=torch.Generator().manual_seed(0))
     native = over == "ring"
-    times, wire, rounds = [], 0, 2  # an all-gather: the sizes, then the payloads
-    for _ in range(repeats):
-        t0, untimed = time.perf_counter(), 0.0
+    times: list[float] = []
+    wire, rounds = 0, 2  # an all-gather: the sizes, then the payloads
+    start = clock()
+    while len(times) < repeats or clock() - start < MIN_TIMED_S:
+        t0, untimed = clock(), 0.0
         if compressor.summable:
             wire, rounds = _summable_wire(compressor, flat.clone(), sizes if shapes else [],
                                           native)
         else:  # the all-gather path: compress once, decompress and add every peer's payload
             payload, ctx = compressor.compress(flat.clone(), "bucket")
-            t1 = time.perf_counter()
+            t1 = clock()
             total = torch.zeros_like(flat)
             peers = min(workers, MAX_PEERS_TIMED)
             for _ in range(peers):
                 total += compressor.decompress(payload, ctx)
             # the other peers' payloads cost as much each
-            untimed = (time.perf_counter() - t1) * (workers - peers) / peers
+            untimed = (clock() - t1) * (workers - peers) / peers
             wire = wire_bytes(compressor, payload, workers, native)
-        times.append(time.perf_counter() - t0 + untimed)
+        times.append(clock() - t0 + untimed)
     inner = over if compressor.summable else "ring"  # an all-gather goes through gloo
     return Candidate(inner, spec, wire / (4 * elements), compressor.summable,
                      32 * elements / statistics.median(times), rounds=rounds)
 
 
+def sample_sizes(bucket_elements: Sequence[int]) -> tuple[int, ...]:
+    """The sizes a compressor is timed at, for buckets of ``bucket_elements``: each bucket's,
+    within [SAMPLE, MAX_SAMPLE], the smallest of those within a quarter of each other, at
+    most MAX_SIZES of them (spread evenly from the smallest to the largest)."""
+    clipped = sorted({min(MAX_SAMPLE, max(SAMPLE, int(n))) for n in bucket_elements}) or \
+        [SAMPLE]
+    sizes = [clipped[0]]
+    for n in clipped[1:]:
+        if n > sizes[-1] * 1.25:
+            sizes.append(n)
+    if len(sizes) > MAX_SIZES:
+        step = (len(sizes) - 1) / (MAX_SIZES - 1)
+        sizes = [sizes[round(i * step)] for i in range(MAX_SIZES)]
+    return tuple(sizes)
+
+
+_barrier: Any = None  # in a process measuring together: the others' meeting point
+
+
+def _join(barrier: Any, threads: int, parent: int) -> None:
+    """A process that measures together with others: dies with the advisor, runs with a
+    worker's threads, meets the others before each measurement."""
+    from dlcomm.runtime.processes import die_with
+    die_with(parent)
+    global _barrier
+    _barrier = barrier
+    torch.set_num_threads(threads)
+
+
+def _measure_jobs(jobs: Sequence[tuple[str, str, int]], workers: int,
+                  shapes: tuple[tuple[int, ...], ...], clock: Callable[[], float]
+                  ) -> list[Candidate]:
+    """Each (method, exchange, sample) measured in turn; together with the other processes
+    if this is one of them (every one starts each measurement when all are ready)."""
+    out = []
+    try:
+        for spec, over, sample in jobs:
+            if _barrier is not None:
+                _barrier.wait()
+            out.append(measure_method(spec, workers, over, shapes, sample=sample, clock=clock))
+    except BaseException:
+        if _barrier is not None:
+            _barrier.abort()  # the others stop waiting for this one
+        raise
+    return out
+
+
+def measure_together(procs: int, jobs: Sequence[tuple[str, str, int]], workers: int,
+                     shapes: tuple[tuple[int, ...], ...] = ()) -> list[Candidate]:
+    """Each (method, exchange, sample) measured as ``workers`` that share this machine's
+    cores run it: in ``procs`` processes at once (at most MAX_TOGETHER), each with this
+    process's torch threads, timed by CPU time: the rate per core when the cores' caches
+    and memory are shared (a compressor's can fall by half), the median of the processes'.
+    One process measures here, by wall time."""
+    if procs <= 1:
+        return _measure_jobs(jobs, workers, shapes, time.perf_counter)
+    procs = min(procs, MAX_TOGETHER)
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(procs, timeout=BARRIER_S)
+    try:
+        with ProcessPoolExecutor(procs, mp_context=ctx, initializer=_join, initargs=(
+                barrier, torch.get_num_threads(), os.getpid())) as pool:
+            futures = [pool.submit(_measure_jobs, jobs, workers, shapes, time.process_time)
+                       for _ in range(procs)]
+            runs = [f.result() for f in futures]
+    except BrokenProcessPool as e:
+        raise DlcommError(f"measuring the compressors in {procs} processes at once: one "
+                          "died (out of memory?)") from e
+    return [replace(first, compress_bps=statistics.median(r[i].compress_bps for r in runs))
+            for i, first in enumerate(runs[0])]
+
+
 def candidates(workers: int, methods: tuple[str, ...] = METHODS,
-               shapes: tuple[tuple[int, ...], ...] = (), bucket_elements: int = SAMPLE
+               shapes: tuple[tuple[int, ...], ...] = (),
+               bucket_elements: Sequence[int] = (SAMPLE,), together: int = 1
                ) -> list[Candidate]:
     """Every exchange, and every method over the exchanges it can use; without shapes,
-    measured on a bucket of ``bucket_elements`` (the job's largest; within bounds)."""
+    measured on flat buckets of the job's sizes (``sample_sizes``): a bucket is priced at
+    the rate and ratio measured nearest its size. ``together``: the workers that share
+    this machine's cores when the cluster runs here (:func:`measure_together`)."""
+    sizes = sample_sizes(bucket_elements) if not shapes else (0,)
+    jobs = [(spec, over, n) for spec in methods for over in ("ring", "switch") for n in sizes]
+    measured = iter(measure_together(together, jobs, workers, shapes))
     out = [Candidate(e) for e in EXCHANGES]
-    sample = min(MAX_SAMPLE, max(SAMPLE, bucket_elements))
-    for spec in methods:
+    for _spec in methods:
         for over in ("ring", "switch"):
-            cand = measure_method(spec, workers, over, shapes, sample=sample)
+            each = [next(measured) for _ in sizes]
+            cand = replace(each[-1], sizes=tuple(
+                (n, c.ratio, c.compress_bps) for n, c in zip(sizes, each))
+                if len(sizes) > 1 else ())
             if cand.exchange != over or (over == "switch" and cand.ratio >= 1):
                 continue  # all-gathered (listed once, over ring), or nothing saved
             out.append(cand)

@@ -40,6 +40,7 @@ machine at hand (:mod:`dlcomm.advise.measure`, docs/advise.md).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -47,11 +48,12 @@ from dlcomm.advise.profile import DENSITY_BLOCK, JobProfile
 from dlcomm.errors import ConfigError
 from dlcomm.native.switch import MAX_NATIVE_WORKERS
 from dlcomm.timeline import finish_time
+from dlcomm.volume import ring_allreduce_factor
 
 __all__ = ["Constants", "Cluster", "Candidate", "Prediction", "bucket_time", "predict",
            "sync_costs", "protocol_cpu_s", "timeline", "load_constants", "HOP_DEGREE",
-           "PRAGUE_GROUP", "ring_fixed_s", "tcp_link_efficiency", "switch_link_efficiency",
-           "EMULATED_MTU"]
+           "PRAGUE_GROUP", "ring_fixed_s", "ring_messages", "ring_bits",
+           "tcp_link_efficiency", "switch_link_efficiency", "EMULATED_MTU"]
 
 HOP_DEGREE = 2     # ``--sync hop``'s graph, a ring: two in- and two out-neighbours
 PRAGUE_GROUP = 4   # ``--sync prague``'s group size
@@ -176,6 +178,17 @@ class Candidate:
     sync: str = "bsp"
     rounds: int = 1                    # collectives per bucket (PowerSGD: 2)
     iteration_cpu_s: float | None = None  # hop/prague: protocol CPU per iteration, measured
+    # (elements, ratio, compress_bps) measured at several bucket sizes, if any: a
+    # compressor's rate depends on the bucket's size (caches), PowerSGD's ratio too
+    sizes: tuple[tuple[int, float, float], ...] = ()
+
+    def at(self, elements: float) -> tuple[float, float]:
+        """(ratio, compress_bps) for a bucket of ``elements``: those measured at the size
+        nearest to it (by ratio of sizes), or the candidate's own."""
+        if not self.sizes or elements <= 0:
+            return self.ratio, self.compress_bps
+        _, ratio, rate = min(self.sizes, key=lambda s: abs(math.log(s[0] / elements)))
+        return ratio, rate
 
     @property
     def label(self) -> str:
@@ -219,14 +232,23 @@ def _switch_time(nbytes: float, c: Cluster, k: Constants,
     return f * k.switch_overhead_s + max(terms.values()), terms
 
 
+def ring_messages(workers: int) -> int:
+    """Messages a ring all-reduce sends in a row: 2(n-1) (reduce-scatter, all-gather)."""
+    return 2 * (workers - 1)
+
+
+def ring_bits(workers: int, nbytes: float) -> float:
+    """Bits each worker of a ring all-reduce sends for ``nbytes``: 2(n-1)/n x 8 S."""
+    return ring_allreduce_factor(workers) * 8 * nbytes
+
+
 def ring_fixed_s(c: Cluster, k: Constants) -> float:
     """One ring all-reduce's fixed cost on ``c``: 2(n-1) messages in a row, alpha each."""
-    return 2 * (c.workers - 1) * c.cpu_factor * k.ring_alpha_s
+    return ring_messages(c.workers) * c.cpu_factor * k.ring_alpha_s
 
 
 def _ring_time(nbytes: float, c: Cluster, k: Constants) -> tuple[float, dict[str, float]]:
-    n = c.workers
-    bits = 2 * (n - 1) / n * 8 * nbytes
+    bits = ring_bits(c.workers, nbytes)
     terms = {"links": bits / (c.link_bps * k.ring_efficiency),
              "worker CPU": c.cpu_factor * bits / k.ring_rate_bps}
     return ring_fixed_s(c, k) + max(terms.values()), terms
@@ -241,12 +263,13 @@ def _gather_time(nbytes: float, c: Cluster, k: Constants) -> tuple[float, dict[s
 def bucket_time(nbytes: float, cand: Candidate, profile: JobProfile, c: Cluster,
                 k: Constants) -> tuple[float, dict[str, float]]:
     """Seconds to exchange one bucket of ``nbytes``, and the terms that make it."""
-    wire = nbytes * cand.ratio
+    ratio, compress_bps = cand.at(nbytes / 4)
+    wire = nbytes * ratio
     extra = {}
     if cand.method is not None:  # a CPU cost: this machine's rate x the cluster's cpu_factor
         per_round = k.switch_round_s if cand.exchange == "switch" and cand.summable else \
             k.round_s
-        extra["worker CPU"] = c.cpu_factor * (8 * nbytes / cand.compress_bps
+        extra["worker CPU"] = c.cpu_factor * (8 * nbytes / compress_bps
                                               + cand.rounds * per_round)
     if cand.method is not None and not cand.summable:
         t, terms = _gather_time(wire, c, k)

@@ -207,9 +207,11 @@ def run_advise(workload: str | None, model_target: str | None, workers: int, ban
                       compute_factor=machine_factor(workers) if here else 1,
                       cpu_factor=cpu_factor(workers, host_speedup, dilation, here))
     progress("measuring the compressors")
+    shared = host_speedup is None and (here or bool(dilation)) and machine_factor(workers) > 1
     with _threads(workers):  # compressors run with a worker's threads (trainer, emulator)
         cands = candidates(workers, tuple(split_specs(methods)), profile.shapes,
-                           max((b.bytes // 4 for b in profile.buckets), default=0))
+                           tuple(b.bytes // 4 for b in profile.buckets),
+                           together=workers if shared else 1)
     if lag is not None:
         cands += _protocols(profile, kind, cluster, k, workload, bandwidth, batch_size,
                             compute_ms, progress)

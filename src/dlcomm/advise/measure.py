@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from dlcomm.advise.cost import Constants
+from dlcomm.advise.cost import Cluster, Constants, ring_bits, ring_fixed_s, ring_messages
 from dlcomm.advise.profile import DENSITY_BLOCK
 from dlcomm.advise.run import machine_factor
 from dlcomm.errors import ConfigError
@@ -89,9 +89,9 @@ def constants_from(loopback: dict[str, list[tuple[float, float]]],
     fits: dict[str, Any] = {}
     ring_a, ring_b, ring_err = fit_line(loopback["ring"])
     fits["ring"] = {"a_s": ring_a, "b_s_per_byte": ring_b, "fit_error": ring_err}
-    values: dict[str, float] = {"ring_alpha_s": ring_a / (2 * (n - 1)) / f}
+    values: dict[str, float] = {"ring_alpha_s": ring_a / ring_messages(n) / f}
     if ring_b > 0:
-        values["ring_rate_bps"] = f * 2 * (n - 1) / n * 8 / ring_b
+        values["ring_rate_bps"] = f * ring_bits(n, 1) / ring_b
     if "switch" in loopback:
         sw_a, sw_b, sw_err = fit_line(loopback["switch"])
         fits["switch"] = {"a_s": sw_a, "b_s_per_byte": sw_b, "fit_error": sw_err}
@@ -152,11 +152,11 @@ def _network(workers: int, link_bps: float, base: Constants, reps: int,
     small = _loopback(n, SIZES[0], ("ring", "switch"), reps, network=net)
     out: dict[str, float] = {}
     notes = []
-    ring_wire = 2 * (n - 1) / n * 8 * SIZES[0]
+    ring_wire = ring_bits(n, SIZES[0])
     ring_fixed = small["ring"] - ring_wire / (link_bps * base.ring_efficiency)
     share = machine_factor(n)
     if ring_fixed > 0:
-        out["ring_alpha_s"] = ring_fixed / (2 * (n - 1)) / share
+        out["ring_alpha_s"] = ring_fixed / ring_messages(n) / share
     sw_fixed = small["switch"] - 8 * SIZES[0] / (link_bps * base.switch_efficiency)
     if sw_fixed > 0:
         out["switch_overhead_s"] = sw_fixed / share
@@ -165,9 +165,9 @@ def _network(workers: int, link_bps: float, base: Constants, reps: int,
              f"{link_bps / 1e9:g} Gbit/s")
     times = _loopback(n, size, ("ring", "switch"), reps, network=net)
     k = replace(base, **out)
-    ring_bound = 2 * (n - 1) / n * 8 * size / link_bps
-    ring_left = times["ring"] - 2 * (n - 1) * share * k.ring_alpha_s
-    if ring_bound > 2 * (n - 1) / n * 8 * size / k.ring_rate_bps * share and ring_left > 0:
+    ring_bound = ring_bits(n, size) / link_bps
+    ring_left = times["ring"] - ring_fixed_s(Cluster(n, link_bps, cpu_factor=share), k)
+    if ring_bound > ring_bits(n, size) / k.ring_rate_bps * share and ring_left > 0:
         out["ring_efficiency"] = min(1.0, ring_bound / ring_left)
     else:
         notes.append("the ring's link efficiency: CPU-bound at this rate, default kept")

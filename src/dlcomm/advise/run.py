@@ -158,7 +158,9 @@ def advise_result(profile: JobProfile, cands: list[Candidate], cluster: Cluster,
                              "method": c.method, "ratio": c.ratio,
                              "compress_gbps": None if math.isinf(c.compress_bps)
                              else c.compress_bps / 1e9, "sync": c.sync,
-                             "iteration_cpu_s": c.iteration_cpu_s} for c in cands]
+                             "iteration_cpu_s": c.iteration_cpu_s,
+                             "sizes": [{"elements": n, "ratio": r, "compress_gbps": b / 1e9}
+                                       for n, r, b in c.sizes]} for c in cands]
     result["predictions"] = rows
     result["sweep"] = sweep(profile, cands, cluster, k, straggler)
     result["summary"] = {"recommendation": rows[0]["candidate"],

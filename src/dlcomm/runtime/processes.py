@@ -29,8 +29,8 @@ from typing import IO, Any
 from dlcomm.errors import DlcommError
 from dlcomm.runtime.signals import interrupts_ignored, interrupts_raised
 
-__all__ = ["spawn", "stop", "run_child", "run_or_fail", "die_with_parent", "describe_exit",
-           "PARENT_VAR", "GRACE_S", "ChildTimeout"]
+__all__ = ["spawn", "stop", "run_child", "run_or_fail", "die_with_parent", "die_with",
+           "describe_exit", "PARENT_VAR", "GRACE_S", "ChildTimeout"]
 
 PARENT_VAR = "DLCOMM_PARENT_PID"
 GRACE_S = 3.0
@@ -58,11 +58,16 @@ def die_with_parent() -> None:
     Does nothing in a process that :func:`spawn` did not start (torchrun's workers, a shell).
     """
     expected = os.environ.pop(PARENT_VAR, None)  # our own children get their own
-    if not expected:
-        return
+    if expected:
+        die_with(int(expected))
+
+
+def die_with(parent: int) -> None:
+    """Be killed when ``parent`` (the process that started this one) goes, even if it
+    already has: a child that Python's ``multiprocessing`` started calls it first thing."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if str(os.getppid()) != expected:  # the parent died before the request: we were orphaned
+    if os.getppid() != parent:  # the parent died before the request: we were orphaned
         os._exit(128 + signal.SIGKILL)
 
 
