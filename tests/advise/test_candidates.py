@@ -45,11 +45,15 @@ def test_the_sizes_a_compressor_is_timed_at():
 
 def test_a_catalog_models_compressors_are_timed_at_its_bucket_sizes():
     """Without the shapes, PowerSGD is timed on a flat bucket of each size: its ratio
-    falls as the bucket grows (a wider matrix for the same rank), and each is kept."""
-    cands = candidates(4, ("powersgd:rank=4",), bucket_elements=(SAMPLE, 4 * SAMPLE))
-    psgd = [c for c in cands if c.method is not None]
-    assert {c.exchange for c in psgd} == {"ring", "switch"}
-    for c in psgd:
+    falls as the bucket grows (a wider matrix for the same rank), and each is kept. It is
+    timed once for both exchanges (the same compression); fp16 saves nothing over the
+    switch (which carries it as 32 bits) and is listed over the ring alone."""
+    cands = candidates(4, ("fp16", "powersgd:rank=4"), bucket_elements=(SAMPLE, 4 * SAMPLE))
+    assert [(c.method, c.exchange) for c in cands if c.method is not None] == [
+        ("fp16", "ring"), ("powersgd:rank=4", "ring"), ("powersgd:rank=4", "switch")]
+    ring, switch = (c for c in cands if c.method == "powersgd:rank=4")
+    assert ring.sizes == switch.sizes
+    for c in (ring, switch):
         assert [n for n, _, _ in c.sizes] == [SAMPLE, 4 * SAMPLE]
         (_, small, _), (_, large, rate) = c.sizes
         assert large < small and c.ratio == large and c.compress_bps == rate > 0

@@ -49,6 +49,14 @@ def _summable_wire(compressor: Any, flat: torch.Tensor, shapes: list[torch.Size]
             return wire, rounds
 
 
+def _sample(shapes: tuple[tuple[int, ...], ...], sample: int
+            ) -> tuple[torch.Tensor, list[torch.Size]]:
+    """A bucket of normal values: of ``shapes``, or flat of ``sample`` elements."""
+    sizes = [torch.Size(s) for s in shapes] or [torch.Size((sample,))]
+    elements = sum(s.numel() for s in sizes)
+    return torch.randn(elements, generator=torch.Generator().manual_seed(0)), sizes
+
+
 def measure_method(spec: str, workers: int, over: str,
                    shapes: tuple[tuple[int, ...], ...] = (), repeats: int = 3,
                    sample: int = SAMPLE,
@@ -62,9 +70,8 @@ def measure_method(spec: str, workers: int, over: str,
     MIN_TIMED_S at least (a shared machine's rate wanders). ``clock`` times it: wall time, or the
     process's CPU time when it shares the cores with others (a rate per core)."""
     compressor = make_compressor(spec)
-    sizes = [torch.Size(s) for s in shapes] or [torch.Size((sample,))]
-    elements = sum(s.numel() for s in sizes)
-    flat = torch.randn(elements, generator=torch.Generator().manual_seed(0))
+    flat, sizes = _sample(shapes, sample)
+    elements = flat.numel()
     native = over == "ring"
     times: list[float] = []
     wire, rounds = 0, 2  # an all-gather: the sizes, then the payloads
@@ -162,25 +169,41 @@ def measure_together(procs: int, jobs: Sequence[tuple[str, str, int]], workers: 
             for i, first in enumerate(runs[0])]
 
 
+def _switch_ratio(spec: str, shapes: tuple[tuple[int, ...], ...], sample: int) -> float:
+    """A summable method's wire ratio over the switch, which widens float16 to 32 bits
+    (its rate is the ring's: the same compression, timed once)."""
+    flat, sizes = _sample(shapes, sample)
+    wire, _ = _summable_wire(make_compressor(spec), flat, sizes if shapes else [], False)
+    return wire / (4 * flat.numel())
+
+
+def _over_sizes(each: list[Candidate], sizes: tuple[int, ...]) -> Candidate:
+    """One candidate from its timings at ``sizes`` (the largest's figures are its own)."""
+    return replace(each[-1], sizes=tuple((n, c.ratio, c.compress_bps)
+                                         for n, c in zip(sizes, each))
+                   if len(sizes) > 1 else ())
+
+
 def candidates(workers: int, methods: tuple[str, ...] = METHODS,
                shapes: tuple[tuple[int, ...], ...] = (),
                bucket_elements: Sequence[int] = (SAMPLE,), together: int = 1
                ) -> list[Candidate]:
-    """Every exchange, and every method over the exchanges it can use; without shapes,
-    measured on flat buckets of the job's sizes (``sample_sizes``): a bucket is priced at
-    the rate and ratio measured nearest its size. ``together``: the workers that share
+    """Every exchange, and every method over the exchanges it can use (a summable one over
+    the ring and, where it saves bytes, the switch; another as an all-gather); without
+    shapes, timed on flat buckets of the job's sizes (``sample_sizes``): a bucket is priced
+    at the rate and ratio measured nearest its size. ``together``: the workers that share
     this machine's cores when the cluster runs here (:func:`measure_together`)."""
     sizes = sample_sizes(bucket_elements) if not shapes else (0,)
-    jobs = [(spec, over, n) for spec in methods for over in ("ring", "switch") for n in sizes]
+    jobs = [(spec, "ring", n) for spec in methods for n in sizes]
     measured = iter(measure_together(together, jobs, workers, shapes))
     out = [Candidate(e) for e in EXCHANGES]
-    for _spec in methods:
-        for over in ("ring", "switch"):
-            each = [next(measured) for _ in sizes]
-            cand = replace(each[-1], sizes=tuple(
-                (n, c.ratio, c.compress_bps) for n, c in zip(sizes, each))
-                if len(sizes) > 1 else ())
-            if cand.exchange != over or (over == "switch" and cand.ratio >= 1):
-                continue  # all-gathered (listed once, over ring), or nothing saved
-            out.append(cand)
+    for spec in methods:
+        each = [next(measured) for _ in sizes]
+        out.append(_over_sizes(each, sizes))
+        if each[-1].summable:
+            switch = _over_sizes([replace(c, exchange="switch",
+                                          ratio=_switch_ratio(spec, shapes, n))
+                                  for c, n in zip(each, sizes)], sizes)
+            if switch.ratio < 1:  # else nothing saved
+                out.append(switch)
     return out
