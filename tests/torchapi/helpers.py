@@ -28,12 +28,13 @@ def torchrun(tmp: Path, nproc: int, script: Path, *args: str, env: dict[str, str
              timeout: float = 180) -> subprocess.CompletedProcess:
     """``torchrun --standalone --nproc-per-node N script args``.
 
-    Run again, once, if a rank was aborted after it had finished: torch's gloo threads
-    occasionally abort a process during interpreter finalization ("terminate called
-    without an active exception", with either backend; docs/ARCHITECTURE.md)."""
+    Run again, up to twice, if a rank was aborted: torch's gloo threads occasionally abort
+    a process during interpreter finalization ("terminate called without an active
+    exception", with either backend; docs/ARCHITECTURE.md); two in a row failed plain
+    gloo's reference run once on a busy 2-core machine."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            "--nproc-per-node", str(nproc), str(script), *args]
-    for _ in range(2):
+    for _ in range(3):
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp,
                              env=env or clean_env(tmp))
         if res.returncode == 0 or GLOO_EXIT_ABORT not in res.stderr:
