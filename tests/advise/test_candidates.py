@@ -25,9 +25,9 @@ def test_an_all_gathered_method_on_a_large_cluster_is_timed_on_a_few_peers():
     peers and extrapolated, not done 20,000 times (minutes), and the rate falls with the
     peers as the decompressions add up."""
     t0 = time.perf_counter()
-    many = measure_method("topk:ratio=0.01", 20_000, "ring", sample=2**16)
+    [many] = measure_method("topk:ratio=0.01", 20_000, sample=2**16)
     assert time.perf_counter() - t0 < 20
-    few = measure_method("topk:ratio=0.01", MAX_PEERS_TIMED, "ring", sample=2**16)
+    [few] = measure_method("topk:ratio=0.01", MAX_PEERS_TIMED, sample=2**16)
     assert not many.summable and many.exchange == "ring"
     assert many.compress_bps < few.compress_bps / 50
 
@@ -59,15 +59,25 @@ def test_a_catalog_models_compressors_are_timed_at_its_bucket_sizes():
         assert large < small and c.ratio == large and c.compress_bps == rate > 0
 
 
+def test_one_timing_gives_each_exchange_its_wire():
+    """A summable method is timed once for the ring and the switch: the same rate, and
+    the wire as each carries it (float16 is widened to 32 bits on the switch)."""
+    ring, switch = measure_method("fp16", 4, sample=2**16)
+    assert (ring.exchange, switch.exchange) == ("ring", "switch")
+    assert ring.compress_bps == switch.compress_bps
+    assert (ring.ratio, switch.ratio) == (0.5, 1.0)
+
+
 def test_workers_sharing_the_cores_are_timed_together_and_leave_nothing_running():
-    """Timed in several processes at once, by CPU time: the same wire ratio as one
-    process measures, a rate for each job, and no process left behind."""
-    jobs = [("fp16", "ring", 2**16), ("powersgd:rank=4", "switch", 2**16)]
+    """Timed in several processes at once, by CPU time: the same wire ratios as one
+    process measures, one rate per job for all of its exchanges, no process left behind."""
+    jobs = [("fp16", 2**16), ("powersgd:rank=4", 2**16)]
     together = measure_together(3, jobs, 4)
     alone = measure_together(1, jobs, 4)
-    assert [c.ratio for c in together] == [c.ratio for c in alone]
-    assert [c.method for c in together] == ["fp16", "powersgd:rank=4"]
-    assert all(c.compress_bps > 0 for c in together)
+    assert [[(c.exchange, c.ratio) for c in job] for job in together] == \
+        [[(c.exchange, c.ratio) for c in job] for job in alone]
+    for job in together:
+        assert len({c.compress_bps for c in job}) == 1 and job[0].compress_bps > 0
     assert multiprocessing.active_children() == []
 
 
@@ -76,6 +86,6 @@ def test_a_failure_while_timing_together_is_the_methods_error_and_leaves_nothing
     broken pool's, nor after a wait at the meeting point), and no process is left."""
     t0 = time.perf_counter()
     with pytest.raises(ConfigError):
-        measure_together(2, [("fp16", "ring", 2**12), ("no-such-method", "ring", 2**12)], 2)
+        measure_together(2, [("fp16", 2**12), ("no-such-method", 2**12)], 2)
     assert time.perf_counter() - t0 < 60
     assert multiprocessing.active_children() == []

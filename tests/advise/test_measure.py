@@ -93,6 +93,7 @@ def test_cpu_costs_follow_the_hosts():
     assert cpu_factor(8, None, 10.0, False) == pytest.approx(machine_factor(8) / 10)
     assert cpu_factor(8, 4.0, 10.0, False) == 0.25     # hosts named: nothing else counts
     assert cpu_factor(4, None, None, False) == 1.0     # scaled to an accelerator
+    assert cpu_factor(8, None, None, True) == machine_factor(8)  # measured here
     with pytest.raises(ConfigError, match="--host-speedup must be positive"):
         cpu_factor(4, 0.0, None, True)
     profile = JobProfile("toy", 0.0, 0.0, 0.0, (), 1.0)

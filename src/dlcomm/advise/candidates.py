@@ -18,6 +18,7 @@ from dlcomm.advise.cost import Candidate
 from dlcomm.compress import make_compressor
 from dlcomm.compress.api import wire_bytes
 from dlcomm.errors import DlcommError
+from dlcomm.runtime.processes import die_with
 
 __all__ = ["EXCHANGES", "METHODS", "measure_method", "sample_sizes", "measure_together",
            "candidates"]
@@ -33,54 +34,50 @@ MAX_TOGETHER = 16  # processes timed at once for workers sharing the cores; more
 BARRIER_S = 300.0  # a process that waits longer for the others gives up (one failed)
 
 
-def _summable_wire(compressor: Any, flat: torch.Tensor, shapes: list[torch.Size],
-                   native: bool) -> tuple[int, int]:
-    """(bytes, rounds) one worker puts into the inner exchange for ``flat``: the rounds of
-    the compressor's collective, as the compressed exchange runs them (world of one)."""
+def _summable_wire(compressor: Any, flat: torch.Tensor, shapes: list[torch.Size]
+                   ) -> tuple[dict[str, int], int]:
+    """(bytes per inner exchange, rounds) one worker puts into the inner exchange for
+    ``flat``: the rounds of the compressor's collective, as the compressed exchange runs
+    them (world of one); the ring carries each tensor as is, the switch widens what is not
+    float32 to 32 bits."""
     protocol = compressor.rounds(flat, "bucket", 1, shapes or None)
-    wire, rounds, request = 0, 0, next(protocol)
+    wire, rounds, request = {"ring": 0, "switch": 0}, 0, next(protocol)
     while True:
         rounds += 1
-        wire += sum(t.numel() * (t.element_size() if native or t.dtype == torch.float32
-                                 else 4) for t in request.tensors)
+        for t in request.tensors:
+            wire["ring"] += t.numel() * t.element_size()
+            wire["switch"] += t.numel() * (t.element_size() if t.dtype == torch.float32
+                                           else 4)
         try:
             request = protocol.send([t.clone() for t in request.tensors])
         except StopIteration:
             return wire, rounds
 
 
-def _sample(shapes: tuple[tuple[int, ...], ...], sample: int
-            ) -> tuple[torch.Tensor, list[torch.Size]]:
-    """A bucket of normal values: of ``shapes``, or flat of ``sample`` elements."""
-    sizes = [torch.Size(s) for s in shapes] or [torch.Size((sample,))]
-    elements = sum(s.numel() for s in sizes)
-    return torch.randn(elements, generator=torch.Generator().manual_seed(0)), sizes
-
-
-def measure_method(spec: str, workers: int, over: str,
-                   shapes: tuple[tuple[int, ...], ...] = (), repeats: int = 3,
-                   sample: int = SAMPLE,
-                   clock: Callable[[], float] = time.perf_counter) -> Candidate:
+def measure_method(spec: str, workers: int, shapes: tuple[tuple[int, ...], ...] = (),
+                   repeats: int = 3, sample: int = SAMPLE,
+                   clock: Callable[[], float] = time.perf_counter) -> list[Candidate]:
     """Compress the job's gradients (one bucket of ``shapes``, as the DDP hook hands them
     over, so that PowerSGD works matrix by matrix), or one flat bucket of ``sample``
     elements when the shapes are unknown (catalog models: the emulation hands over flat
-    buckets), on normal values: the wire ratio (as the inner exchange carries it: the
-    switch widens float16 to 32 bits) and the rate on this CPU (top-k's falls as the bucket
-    grows: it is measured at the job's size): the median of ``repeats`` runs or more, for
-    MIN_TIMED_S at least (a shared machine's rate wanders). ``clock`` times it: wall time, or the
-    process's CPU time when it shares the cores with others (a rate per core)."""
+    buckets), on normal values: the rate on this CPU (top-k's falls as the bucket grows:
+    it is measured at the job's size), the median of ``repeats`` runs or more, for
+    MIN_TIMED_S at least (a shared machine's rate wanders), timed by ``clock``: wall time,
+    or the process's CPU time when it shares the cores with others (a rate per core).
+    One candidate per exchange the method can use, with the wire ratio as that exchange
+    carries it: a summable method over the ring and the switch (the same compression), an
+    other over the ring (an all-gather through gloo)."""
     compressor = make_compressor(spec)
-    flat, sizes = _sample(shapes, sample)
-    elements = flat.numel()
-    native = over == "ring"
+    sizes = [torch.Size(s) for s in shapes] or [torch.Size((sample,))]
+    elements = sum(s.numel() for s in sizes)
+    flat = torch.randn(elements, generator=torch.Generator().manual_seed(0))
     times: list[float] = []
-    wire, rounds = 0, 2  # an all-gather: the sizes, then the payloads
+    wire, rounds = {}, 2  # an all-gather: the sizes, then the payloads
     start = clock()
     while len(times) < repeats or clock() - start < MIN_TIMED_S:
         t0, untimed = clock(), 0.0
         if compressor.summable:
-            wire, rounds = _summable_wire(compressor, flat.clone(), sizes if shapes else [],
-                                          native)
+            wire, rounds = _summable_wire(compressor, flat.clone(), sizes if shapes else [])
         else:  # the all-gather path: compress once, decompress and add every peer's payload
             payload, ctx = compressor.compress(flat.clone(), "bucket")
             t1 = clock()
@@ -90,11 +87,11 @@ def measure_method(spec: str, workers: int, over: str,
                 total += compressor.decompress(payload, ctx)
             # the other peers' payloads cost as much each
             untimed = (clock() - t1) * (workers - peers) / peers
-            wire = wire_bytes(compressor, payload, workers, native)
+            wire = {"ring": wire_bytes(compressor, payload, workers, True)}
         times.append(clock() - t0 + untimed)
-    inner = over if compressor.summable else "ring"  # an all-gather goes through gloo
-    return Candidate(inner, spec, wire / (4 * elements), compressor.summable,
-                     32 * elements / statistics.median(times), rounds=rounds)
+    rate = 32 * elements / statistics.median(times)
+    return [Candidate(over, spec, nbytes / (4 * elements), compressor.summable, rate,
+                      rounds=rounds) for over, nbytes in wire.items()]
 
 
 def sample_sizes(bucket_elements: Sequence[int]) -> tuple[int, ...]:
@@ -119,24 +116,23 @@ _barrier: Any = None  # in a process measuring together: the others' meeting poi
 def _join(barrier: Any, threads: int, parent: int) -> None:
     """A process that measures together with others: dies with the advisor, runs with a
     worker's threads, meets the others before each measurement."""
-    from dlcomm.runtime.processes import die_with
     die_with(parent)
     global _barrier
     _barrier = barrier
     torch.set_num_threads(threads)
 
 
-def _measure_jobs(jobs: Sequence[tuple[str, str, int]], workers: int,
+def _measure_jobs(jobs: Sequence[tuple[str, int]], workers: int,
                   shapes: tuple[tuple[int, ...], ...], clock: Callable[[], float]
-                  ) -> list[Candidate]:
-    """Each (method, exchange, sample) measured in turn; together with the other processes
-    if this is one of them (every one starts each measurement when all are ready)."""
+                  ) -> list[list[Candidate]]:
+    """Each (method, sample) measured in turn; together with the other processes if this
+    is one of them (every one starts each measurement when all are ready)."""
     out = []
     try:
-        for spec, over, sample in jobs:
+        for spec, sample in jobs:
             if _barrier is not None:
                 _barrier.wait()
-            out.append(measure_method(spec, workers, over, shapes, sample=sample, clock=clock))
+            out.append(measure_method(spec, workers, shapes, sample=sample, clock=clock))
     except BaseException:
         if _barrier is not None:
             _barrier.abort()  # the others stop waiting for this one
@@ -144,13 +140,13 @@ def _measure_jobs(jobs: Sequence[tuple[str, str, int]], workers: int,
     return out
 
 
-def measure_together(procs: int, jobs: Sequence[tuple[str, str, int]], workers: int,
-                     shapes: tuple[tuple[int, ...], ...] = ()) -> list[Candidate]:
-    """Each (method, exchange, sample) measured as ``workers`` that share this machine's
-    cores run it: in ``procs`` processes at once (at most MAX_TOGETHER), each with this
-    process's torch threads, timed by CPU time: the rate per core when the cores' caches
-    and memory are shared (a compressor's can fall by half), the median of the processes'.
-    One process measures here, by wall time."""
+def measure_together(procs: int, jobs: Sequence[tuple[str, int]], workers: int,
+                     shapes: tuple[tuple[int, ...], ...] = ()) -> list[list[Candidate]]:
+    """Each (method, sample) measured as ``workers`` that share this machine's cores run
+    it: in ``procs`` processes at once (at most MAX_TOGETHER), each with this process's
+    torch threads, timed by CPU time: the rate per core when the cores' caches and memory
+    are shared (a compressor's can fall by half), the median of the processes'. One
+    process measures here, by wall time."""
     if procs <= 1:
         return _measure_jobs(jobs, workers, shapes, time.perf_counter)
     procs = min(procs, MAX_TOGETHER)
@@ -165,16 +161,10 @@ def measure_together(procs: int, jobs: Sequence[tuple[str, str, int]], workers: 
     except BrokenProcessPool as e:
         raise DlcommError(f"measuring the compressors in {procs} processes at once: one "
                           "died (out of memory?)") from e
-    return [replace(first, compress_bps=statistics.median(r[i].compress_bps for r in runs))
-            for i, first in enumerate(runs[0])]
-
-
-def _switch_ratio(spec: str, shapes: tuple[tuple[int, ...], ...], sample: int) -> float:
-    """A summable method's wire ratio over the switch, which widens float16 to 32 bits
-    (its rate is the ring's: the same compression, timed once)."""
-    flat, sizes = _sample(shapes, sample)
-    wire, _ = _summable_wire(make_compressor(spec), flat, sizes if shapes else [], False)
-    return wire / (4 * flat.numel())
+    rates = [statistics.median(run[i][0].compress_bps for run in runs)
+             for i in range(len(jobs))]  # a job's candidates share their timing
+    return [[replace(c, compress_bps=rate) for c in first]
+            for first, rate in zip(runs[0], rates)]
 
 
 def _over_sizes(each: list[Candidate], sizes: tuple[int, ...]) -> Candidate:
@@ -188,22 +178,19 @@ def candidates(workers: int, methods: tuple[str, ...] = METHODS,
                shapes: tuple[tuple[int, ...], ...] = (),
                bucket_elements: Sequence[int] = (SAMPLE,), together: int = 1
                ) -> list[Candidate]:
-    """Every exchange, and every method over the exchanges it can use (a summable one over
-    the ring and, where it saves bytes, the switch; another as an all-gather); without
-    shapes, timed on flat buckets of the job's sizes (``sample_sizes``): a bucket is priced
-    at the rate and ratio measured nearest its size. ``together``: the workers that share
-    this machine's cores when the cluster runs here (:func:`measure_together`)."""
-    sizes = sample_sizes(bucket_elements) if not shapes else (0,)
-    jobs = [(spec, "ring", n) for spec in methods for n in sizes]
-    measured = iter(measure_together(together, jobs, workers, shapes))
+    """Every exchange, and every method over the exchanges it can use (not the switch
+    where it saves nothing: the switch widens float16 to 32 bits); without shapes, timed
+    on flat buckets of the job's sizes (``sample_sizes``): a bucket is priced at the rate
+    and ratio measured nearest its size. ``together``: the workers that share this
+    machine's cores when the cluster runs here (:func:`measure_together`)."""
+    sizes = (SAMPLE,) if shapes else sample_sizes(bucket_elements)  # shapes set the size
+    measured = iter(measure_together(together, [(spec, n) for spec in methods
+                                                 for n in sizes], workers, shapes))
     out = [Candidate(e) for e in EXCHANGES]
-    for spec in methods:
-        each = [next(measured) for _ in sizes]
-        out.append(_over_sizes(each, sizes))
-        if each[-1].summable:
-            switch = _over_sizes([replace(c, exchange="switch",
-                                          ratio=_switch_ratio(spec, shapes, n))
-                                  for c, n in zip(each, sizes)], sizes)
-            if switch.ratio < 1:  # else nothing saved
-                out.append(switch)
+    for _spec in methods:
+        each = [next(measured) for _ in sizes]  # per size, a candidate per exchange
+        for over in zip(*each):
+            cand = _over_sizes(list(over), sizes)
+            if cand.exchange == "ring" or cand.ratio < 1:
+                out.append(cand)
     return out

@@ -152,10 +152,15 @@ def cpu_factor(workers: int, host_speedup: float | None, dilation: float | None,
         if not host_speedup > 0:
             raise ConfigError(f"--host-speedup must be positive, got {host_speedup}")
         return 1 / host_speedup
-    share = machine_factor(workers)
-    if dilation:
-        return share / dilation
-    return share if here else 1.0
+    if not on_these_cores(host_speedup, dilation, here):
+        return 1.0
+    return machine_factor(workers) / (dilation or 1)
+
+
+def on_these_cores(host_speedup: float | None, dilation: float | None, here: bool) -> bool:
+    """Whether the cluster predicted runs its workers on this machine's cores: a catalog
+    model's time-dilated emulation, or a job measured here, its hosts not named."""
+    return host_speedup is None and (bool(dilation) or here)
 
 
 def run_advise(workload: str | None, model_target: str | None, workers: int, bandwidth: str,
@@ -207,7 +212,7 @@ def run_advise(workload: str | None, model_target: str | None, workers: int, ban
                       compute_factor=machine_factor(workers) if here else 1,
                       cpu_factor=cpu_factor(workers, host_speedup, dilation, here))
     progress("measuring the compressors")
-    shared = host_speedup is None and (here or bool(dilation)) and machine_factor(workers) > 1
+    shared = on_these_cores(host_speedup, dilation, here) and machine_factor(workers) > 1
     with _threads(workers):  # compressors run with a worker's threads (trainer, emulator)
         cands = candidates(workers, tuple(split_specs(methods)), profile.shapes,
                            tuple(b.bytes // 4 for b in profile.buckets),
