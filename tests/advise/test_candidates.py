@@ -9,12 +9,12 @@ import pytest
 
 from dlcomm.advise.candidates import (
     MAX_PEERS_TIMED,
-    MAX_SAMPLE,
     MAX_SIZES,
     SAMPLE,
     candidates,
     measure_method,
     measure_together,
+    processes_for,
     sample_sizes,
 )
 from dlcomm.errors import ConfigError
@@ -33,14 +33,27 @@ def test_an_all_gathered_method_on_a_large_cluster_is_timed_on_a_few_peers():
 
 
 def test_the_sizes_a_compressor_is_timed_at():
-    """Each bucket's size within bounds, near ones (within a quarter) once, at most
-    MAX_SIZES spread over them from the smallest to the largest."""
-    assert sample_sizes([]) == (SAMPLE,)
-    assert sample_sizes([10, 10**9]) == (SAMPLE, MAX_SAMPLE)
-    assert sample_sizes([2 * SAMPLE, int(2.2 * SAMPLE), 3 * SAMPLE]) == (2 * SAMPLE, 3 * SAMPLE)
-    many = sample_sizes([SAMPLE * 3**i // 2**i for i in range(12)])
-    assert len(many) == MAX_SIZES and many[0] == SAMPLE and many[-1] * 1.25 > MAX_SAMPLE
+    """Each bucket's size within bounds (the largest that fits the memory), near ones
+    (within a quarter) once, at most MAX_SIZES spread over them from the smallest to the
+    largest."""
+    big = 100 * SAMPLE
+    assert sample_sizes([], big) == (SAMPLE,)
+    assert sample_sizes([10, 10**9], big) == (SAMPLE, big)
+    assert sample_sizes([10**9], SAMPLE // 2) == (SAMPLE,)  # never below the smallest
+    assert sample_sizes([2 * SAMPLE, int(2.2 * SAMPLE), 3 * SAMPLE], big) == \
+        (2 * SAMPLE, 3 * SAMPLE)
+    many = sample_sizes([SAMPLE * 3**i // 2**i for i in range(12)], 8 * SAMPLE)
+    assert len(many) == MAX_SIZES and many[0] == SAMPLE and many[-1] * 1.25 > 8 * SAMPLE
     assert list(many) == sorted(set(many))
+
+
+def test_a_bucket_too_large_for_every_worker_is_timed_in_fewer_processes():
+    """As many processes as share the cores, unless the memory holds fewer (one at least)."""
+    gib = 2**30
+    assert processes_for(2**20, 8, 16 * gib) == 8
+    assert processes_for(2**27, 8, 16 * gib) == 4  # 4 GiB each
+    assert processes_for(2**30, 8, 16 * gib) == 1
+    assert processes_for(0, 3, 0) == 1
 
 
 def test_a_catalog_models_compressors_are_timed_at_its_bucket_sizes():

@@ -163,6 +163,57 @@ def test_powersgd_memory_keeps_local_minus_average():
     assert memory.compensate(torch.tensor([0.0, 0.0]), "t").tolist() == [0.5, 1.5]
 
 
+@pytest.mark.parametrize("spec", ["residual", "powersgd", "dgc"])
+def test_memory_keeps_its_state_in_the_same_tensors_step_after_step(spec):
+    """A new residual is written over the old one (no new tensor of the bucket's size each
+    step: a large bucket pays for fresh pages), with the same values as a fresh one."""
+    memory, state = make_memory(spec), {"residual": "residuals", "powersgd": "residuals",
+                                        "dgc": "v"}[spec]
+    sent = torch.tensor([0.5, 0.0, -1.0])
+    p = memory.compensate(torch.tensor([1.0, 2.0, 3.0]), "t")
+    memory.update(p, "t", sent, sent)
+    first = getattr(memory, state)["t"]
+    for step in range(3):
+        p = memory.compensate(torch.tensor([1.0, 2.0, 3.0]) * step, "t")
+        memory.update(p, "t", sent, sent)
+        kept = getattr(memory, state)["t"]
+        assert kept.data_ptr() == first.data_ptr()
+        assert torch.equal(kept, p - sent) and kept.data_ptr() != p.data_ptr()
+
+
+def _run_rounds(compressor, flat, name):
+    protocol = compressor.rounds(flat, name, 1)
+    request = next(protocol)
+    with pytest.raises(StopIteration) as done:
+        while True:
+            request = protocol.send([t.clone() for t in request.tensors])
+    return done.value.value
+
+
+def test_powersgd_on_a_flat_bucket_leaves_it_and_sums_in_a_buffer_it_keeps():
+    """The flat fallback copies the bucket into a padded matrix it keeps per bucket, writes
+    P Q^T over it and scales it to the sum there: the bucket handed over is not touched,
+    the sum is what the factors stand for (as the allocating decompression rebuilds it),
+    and the next step reuses the buffer (its padding zero again)."""
+    flat = gaussian(1000, 3)  # 32 x 32 padded: 24 elements of padding
+    before = flat.clone()
+    c = make_compressor("powersgd:rank=2,warm=0")
+    outcome = _run_rounds(c, flat, "t")
+    assert torch.equal(flat, before)
+    assert outcome.total.numel() == 1000 and outcome.total.data_ptr() != flat.data_ptr()
+    payload, ctx = make_compressor("powersgd:rank=2,warm=0").compress(flat.clone(), "t")
+    torch.testing.assert_close(outcome.total, make_compressor("powersgd:rank=2").decompress(
+        payload, ctx), atol=1e-5, rtol=1e-5)
+    first = outcome.total.data_ptr()
+    other = make_compressor("powersgd:rank=2,warm=0")  # the same second draw of Q, but
+    _run_rounds(other, flat, "other")                    # into a fresh buffer
+    fresh = _run_rounds(other, flat, "t")
+    c.pads["t"].fill_(float("nan"))  # whatever the kept buffer holds does not leak
+    again = _run_rounds(c, flat, "t")
+    assert again.total.data_ptr() == first != fresh.total.data_ptr()
+    torch.testing.assert_close(again.total, fresh.total, atol=1e-5, rtol=1e-5)
+
+
 def test_memory_is_forgotten_when_sent_exactly():
     memory = make_memory("residual")
     p = memory.compensate(torch.ones(3), "t")

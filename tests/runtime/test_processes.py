@@ -67,6 +67,28 @@ def test_run_child_times_out_and_leaves_nothing():
     assert run_child([sys.executable, "-c", "print(42)"], 30).stdout.strip() == "42"
 
 
+def test_run_child_hands_over_each_stderr_line_as_it_comes():
+    """Progress: each line reaches the callback while the child still runs; the whole of
+    both streams comes back as without the callback; a timeout still stops the child."""
+    code = ("import sys, time\n"
+            "for i in range(3):\n"
+            "    print(f'step {i}', file=sys.stderr, flush=True); time.sleep(0.3)\n"
+            "print('out')")
+    seen: list[tuple[str, float]] = []
+    start = time.monotonic()
+    res = run_child([sys.executable, "-c", code], 30,
+                    on_line=lambda line: seen.append((line, time.monotonic())))
+    end = time.monotonic()
+    assert [line for line, _ in seen] == ["step 0", "step 1", "step 2"]
+    assert seen[0][1] < end - 0.4  # before the child was done
+    assert res.stdout == "out\n" and res.stderr == "step 0\nstep 1\nstep 2\n"
+    assert end - start < 20
+    with pytest.raises(ChildTimeout):
+        run_child([sys.executable, "-c", "import time; time.sleep(60)"], 1,
+                  on_line=lambda line: None)
+    assert time.monotonic() - end < 15
+
+
 def test_stale_job_directories_are_collected(tmp_path, monkeypatch):
     import tempfile
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import statistics
@@ -21,12 +22,12 @@ from dlcomm.errors import DlcommError
 from dlcomm.runtime.processes import die_with
 
 __all__ = ["EXCHANGES", "METHODS", "measure_method", "sample_sizes", "measure_together",
-           "candidates"]
+           "processes_for", "memory_budget", "candidates"]
 
 EXCHANGES = ("ring", "switch", "sparse-switch", "auto")
 METHODS = ("fp16", "powersgd:rank=4", "topk:ratio=0.01")
 SAMPLE = 2**20  # elements a compressor is measured on, at least
-MAX_SAMPLE = 8 * 2**20
+BYTES_TIMED = 32  # a process timing a compressor holds about this per element, at most
 MAX_SIZES = 6  # bucket sizes a compressor is timed at, at most
 MIN_TIMED_S = 0.5  # a compressor is timed for ``repeats`` runs and this long, at least
 MAX_PEERS_TIMED = 16  # peers' payloads decompressed while timing; more are extrapolated
@@ -35,9 +36,9 @@ BARRIER_S = 300.0  # a process that waits longer for the others gives up (one fa
 
 
 def _summable_wire(compressor: Any, flat: torch.Tensor, shapes: list[torch.Size]
-                   ) -> tuple[dict[str, int], int]:
-    """(bytes per inner exchange, rounds) one worker puts into the inner exchange for
-    ``flat``: the rounds of the compressor's collective, as the compressed exchange runs
+                   ) -> tuple[dict[str, int], int, torch.Tensor]:
+    """(bytes per inner exchange, rounds, the sum) one worker puts into the inner exchange
+    for ``flat``: the rounds of the compressor's collective, as the compressed exchange runs
     them (world of one); the ring carries each tensor as is, the switch widens what is not
     float32 to 32 bits."""
     protocol = compressor.rounds(flat, "bucket", 1, shapes or None)
@@ -50,8 +51,8 @@ def _summable_wire(compressor: Any, flat: torch.Tensor, shapes: list[torch.Size]
                                            else 4)
         try:
             request = protocol.send([t.clone() for t in request.tensors])
-        except StopIteration:
-            return wire, rounds
+        except StopIteration as done:
+            return wire, rounds, done.value.total
 
 
 def measure_method(spec: str, workers: int, shapes: tuple[tuple[int, ...], ...] = (),
@@ -60,8 +61,10 @@ def measure_method(spec: str, workers: int, shapes: tuple[tuple[int, ...], ...] 
     """Compress the job's gradients (one bucket of ``shapes``, as the DDP hook hands them
     over, so that PowerSGD works matrix by matrix), or one flat bucket of ``sample``
     elements when the shapes are unknown (catalog models: the emulation hands over flat
-    buckets), on normal values: the rate on this CPU (top-k's falls as the bucket grows:
-    it is measured at the job's size), the median of ``repeats`` runs or more, for
+    buckets), on normal values, as the compressed exchange does (from the bucket to its
+    sum written back; the bucket's copy is not timed): the rate on this CPU (top-k's falls
+    as the bucket grows: it is measured at the job's size), the median of ``repeats`` runs
+    or more, for
     MIN_TIMED_S at least (a shared machine's rate wanders), timed by ``clock``: wall time,
     or the process's CPU time when it shares the cores with others (a rate per core).
     One candidate per exchange the method can use, with the wire ratio as that exchange
@@ -75,11 +78,12 @@ def measure_method(spec: str, workers: int, shapes: tuple[tuple[int, ...], ...] 
     wire, rounds = {}, 2  # an all-gather: the sizes, then the payloads
     start = clock()
     while len(times) < repeats or clock() - start < MIN_TIMED_S:
+        bucket = flat.clone()  # the bucket the exchange is handed (not timed)
         t0, untimed = clock(), 0.0
         if compressor.summable:
-            wire, rounds = _summable_wire(compressor, flat.clone(), sizes if shapes else [])
+            wire, rounds, total = _summable_wire(compressor, bucket, sizes if shapes else [])
         else:  # the all-gather path: compress once, decompress and add every peer's payload
-            payload, ctx = compressor.compress(flat.clone(), "bucket")
+            payload, ctx = compressor.compress(bucket, "bucket")
             t1 = clock()
             total = torch.zeros_like(flat)
             peers = min(workers, MAX_PEERS_TIMED)
@@ -88,17 +92,19 @@ def measure_method(spec: str, workers: int, shapes: tuple[tuple[int, ...], ...] 
             # the other peers' payloads cost as much each
             untimed = (clock() - t1) * (workers - peers) / peers
             wire = {"ring": wire_bytes(compressor, payload, workers, True)}
+        bucket.copy_(total)  # the exchange writes the sum into the bucket
         times.append(clock() - t0 + untimed)
     rate = 32 * elements / statistics.median(times)
     return [Candidate(over, spec, nbytes / (4 * elements), compressor.summable, rate,
                       rounds=rounds) for over, nbytes in wire.items()]
 
 
-def sample_sizes(bucket_elements: Sequence[int]) -> tuple[int, ...]:
+def sample_sizes(bucket_elements: Sequence[int], largest: int) -> tuple[int, ...]:
     """The sizes a compressor is timed at, for buckets of ``bucket_elements``: each bucket's,
-    within [SAMPLE, MAX_SAMPLE], the smallest of those within a quarter of each other, at
+    within [SAMPLE, largest], the smallest of those within a quarter of each other, at
     most MAX_SIZES of them (spread evenly from the smallest to the largest)."""
-    clipped = sorted({min(MAX_SAMPLE, max(SAMPLE, int(n))) for n in bucket_elements}) or \
+    largest = max(SAMPLE, largest)
+    clipped = sorted({min(largest, max(SAMPLE, int(n))) for n in bucket_elements}) or \
         [SAMPLE]
     sizes = [clipped[0]]
     for n in clipped[1:]:
@@ -108,6 +114,25 @@ def sample_sizes(bucket_elements: Sequence[int]) -> tuple[int, ...]:
         step = (len(sizes) - 1) / (MAX_SIZES - 1)
         sizes = [sizes[round(i * step)] for i in range(MAX_SIZES)]
     return tuple(sizes)
+
+
+def memory_budget() -> int:
+    """Bytes the timing may hold: half of the memory available now."""
+    try:
+        with open("/proc/meminfo") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+        return kib * 1024 // 2
+    except (OSError, StopIteration, ValueError):
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+
+
+def processes_for(elements: int, together: int, budget: int) -> int:
+    """Processes that time a compressor on ``elements`` at once: ``together``, or as many
+    as ``budget`` bytes hold (one at least). A bucket too large for all the workers' share
+    of the cores is timed in fewer processes, each by its CPU time: beyond the caches a
+    compressor's rate per core is set by the memory bandwidth the processes on the other
+    cores take, not by how many take turns on one."""
+    return max(1, min(together, budget // (BYTES_TIMED * max(1, elements))))
 
 
 _barrier: Any = None  # in a process measuring together: the others' meeting point
@@ -167,6 +192,20 @@ def measure_together(procs: int, jobs: Sequence[tuple[str, int]], workers: int,
             for first, rate in zip(runs[0], rates)]
 
 
+def _measure_fitting(jobs: list[tuple[str, int]], together: int, workers: int,
+                     shapes: tuple[tuple[int, ...], ...], budget: int
+                     ) -> list[list[Candidate]]:
+    """:func:`measure_together` for each job, in as many processes as fit ``budget``
+    (:func:`processes_for`), in the order of ``jobs``."""
+    shaped = sum(math.prod(s) for s in shapes)
+    procs = [processes_for(shaped or n, together, budget) for _, n in jobs]
+    done: dict[tuple[str, int], list[Candidate]] = {}
+    for p in sorted(set(procs), reverse=True):
+        mine = [job for job, q in zip(jobs, procs) if q == p]
+        done.update(zip(mine, measure_together(p, mine, workers, shapes)))
+    return [done[job] for job in jobs]
+
+
 def _over_sizes(each: list[Candidate], sizes: tuple[int, ...]) -> Candidate:
     """One candidate from its timings at ``sizes`` (the largest's figures are its own)."""
     return replace(each[-1], sizes=tuple((n, c.ratio, c.compress_bps)
@@ -183,9 +222,10 @@ def candidates(workers: int, methods: tuple[str, ...] = METHODS,
     on flat buckets of the job's sizes (``sample_sizes``): a bucket is priced at the rate
     and ratio measured nearest its size. ``together``: the workers that share this
     machine's cores when the cluster runs here (:func:`measure_together`)."""
-    sizes = (SAMPLE,) if shapes else sample_sizes(bucket_elements)  # shapes set the size
-    measured = iter(measure_together(together, [(spec, n) for spec in methods
-                                                 for n in sizes], workers, shapes))
+    budget = memory_budget()
+    sizes = (SAMPLE,) if shapes else sample_sizes(bucket_elements, budget // BYTES_TIMED)
+    measured = iter(_measure_fitting([(spec, n) for spec in methods for n in sizes],
+                                     together, workers, shapes, budget))
     out = [Candidate(e) for e in EXCHANGES]
     for _spec in methods:
         each = [next(measured) for _ in sizes]  # per size, a candidate per exchange

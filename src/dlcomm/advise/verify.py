@@ -75,6 +75,12 @@ def verify_trainable(job_args: list[str], candidates: list[dict[str, Any]], step
     return runs
 
 
+def _forward(line: str, progress: Callable[[str], None]) -> None:
+    """The emulation's progress lines, not its ranks' warnings."""
+    if line.startswith("emulation: "):
+        progress(line)
+
+
 def verify_catalog(emulate_args: list[str], candidates: list[dict[str, Any]],
                    progress: Callable[[str], None] = print,
                    timeout_s: float = 3600.0, repeats: int = 1) -> Runs:
@@ -93,7 +99,8 @@ def verify_catalog(emulate_args: list[str], candidates: list[dict[str, Any]],
         out = tmp / "emulate.json"
         run_or_fail([sys.executable, "-m", "dlcomm", "emulate", *emulate_args, "--exchange",
                      ",".join(specs[i] for i in order), "--json", str(out)],
-                    "verifying the emulation", timeout_s * repeats)
+                    "verifying the emulation", timeout_s * repeats,
+                    on_line=lambda line: _forward(line, progress))
         rows = json.loads(out.read_text())["results"]
     runs: Runs = {cand["candidate"]: [] for cand in candidates}
     for index, row in zip(order, rows):

@@ -126,6 +126,7 @@ class Memory(abc.ABC):
 
     name = "memory"
     needs_local = True  # update() wants this worker's own decompressed contribution
+    keeps = True        # update() remembers something (else the exchange skips it)
 
     @abc.abstractmethod
     def compensate(self, tensor: torch.Tensor, name: str) -> torch.Tensor:

@@ -27,6 +27,15 @@ from dlcomm.registry import reject_unknown, take_option
 __all__ = ["NoMemory", "ResidualMemory", "DGCMemory", "PowerSGDMemory"]
 
 
+def _difference(a: torch.Tensor, b: torch.Tensor, into: torch.Tensor | None) -> torch.Tensor:
+    """a - b, written over ``into`` (the state it replaces) where it fits: no new tensor of
+    a bucket's size each step, whose fresh pages the kernel zeroes first."""
+    if into is not None and into.shape == a.shape and \
+            into.data_ptr() not in (a.data_ptr(), b.data_ptr()):
+        return torch.sub(a, b, out=into)
+    return a - b
+
+
 def _slot(store: dict[str, torch.Tensor], name: str, like: torch.Tensor) -> torch.Tensor:
     t = store.get(name)
     if t is None or t.numel() != like.numel():
@@ -37,6 +46,7 @@ def _slot(store: dict[str, torch.Tensor], name: str, like: torch.Tensor) -> torc
 class NoMemory(Memory):
     name = "none"
     needs_local = False
+    keeps = False
 
     def compensate(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
         return tensor
@@ -58,15 +68,16 @@ class ResidualMemory(Memory):
 
     def compensate(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
         e = self.residuals.get(name)
-        out = tensor * self.gamma if self.gamma != 1 else tensor.clone()
-        if e is not None and e.numel() == tensor.numel():
-            out.add_(e, alpha=self.beta)
-        return out
+        if e is None or e.numel() != tensor.numel():
+            return tensor * self.gamma if self.gamma != 1 else tensor.clone()
+        if self.gamma != 1:
+            return (tensor * self.gamma).add_(e, alpha=self.beta)
+        return torch.add(tensor, e, alpha=self.beta)  # one pass, one new tensor
 
     def update(self, compensated: torch.Tensor, name: str, local: torch.Tensor | None,
                average: torch.Tensor) -> None:
         sent = local if local is not None else average
-        self.residuals[name] = compensated - sent
+        self.residuals[name] = _difference(compensated, sent, self.residuals.get(name))
 
     def forget(self, name: str) -> None:
         self.residuals.pop(name, None)
@@ -96,7 +107,7 @@ class DGCMemory(Memory):
     def update(self, compensated: torch.Tensor, name: str, local: torch.Tensor | None,
                average: torch.Tensor) -> None:
         sent = local if local is not None else average
-        self.v[name] = compensated - sent
+        self.v[name] = _difference(compensated, sent, self.v.get(name))
         self.u[name].masked_fill_(sent != 0, 0.0)
 
     def forget(self, name: str) -> None:
@@ -117,7 +128,7 @@ class PowerSGDMemory(ResidualMemory):
 
     def update(self, compensated: torch.Tensor, name: str, local: torch.Tensor | None,
                average: torch.Tensor) -> None:
-        self.residuals[name] = compensated - average
+        self.residuals[name] = _difference(compensated, average, self.residuals.get(name))
 
 
 @MEMORIES.register("none", "no error feedback")

@@ -19,7 +19,9 @@ Both rounds carry float32 factors, so they sum on any exchange: (n + m) r floats
 
 Tensor shapes come from the DDP bucket (``dlcomm.torch`` passes ``bucket.gradients()``);
 without them the whole flat bucket is viewed as one square matrix, zero-padded, as torch's
-``batched_powerSGD_hook`` does. The order of matrices, the random draws and the two
+``batched_powerSGD_hook`` does; the padded matrix is kept per bucket, P Q^T is written over
+it and scaled to the sum in place (the outcome's total is valid until the next call for
+that bucket). The order of matrices, the random draws and the two
 orthogonalizations follow torch 2.x, so results match its hook (tests/compress).
 """
 
@@ -126,16 +128,22 @@ class PowerSGD(Compressor):
         self.warmup_iterations = start
         self.rng = np.random.RandomState(seed)
         self.q_memory: dict[str, torch.Tensor] = {}
+        self.pads: dict[str, torch.Tensor] = {}  # the flat fallback's padded square matrices
         self.numel_before = 0
         self.numel_after = 0
 
     # -- the two rounds ---------------------------------------------------------------------
 
-    def _matrices(self, tensor: torch.Tensor, layout: Layout) -> list[torch.Tensor]:
+    def _matrices(self, tensor: torch.Tensor, name: str, layout: Layout) -> list[torch.Tensor]:
         if layout.square and layout.compressed:
             b = layout.compressed[0]
-            padded = torch.zeros(b.rows * b.cols)
+            padded = self.pads.get(name)
+            if padded is None or padded.numel() != b.rows * b.cols:
+                # kept per bucket: a fresh one each step would cost a large bucket more in
+                # page faults (the kernel zeroing its pages) than the products themselves
+                padded = self.pads[name] = torch.empty(b.rows * b.cols)
             padded[:layout.numel] = tensor
+            padded[layout.numel:].zero_()
             return [padded.view(b.rows, b.cols)]
         return [tensor[b.offset:b.offset + b.numel].view(b.rows, b.cols)
                 for b in layout.compressed]
@@ -162,7 +170,7 @@ class PowerSGD(Compressor):
         layout = plan_layout(tensor.numel(), shapes, self.rank, self.min_rate)
         self.numel_before += layout.numel
         self.numel_after += layout.plain_size + layout.p_size + layout.q_size
-        mats = self._matrices(tensor, layout)
+        mats = self._matrices(tensor, name, layout)
         qs = self._initial_q(name, layout)
         plain = (torch.cat([tensor[b.offset:b.offset + b.numel] for b in layout.plain])
                  if layout.plain else torch.zeros(0))
@@ -181,12 +189,27 @@ class PowerSGD(Compressor):
         q_avg = q_sum.div_(world)
         if self.warm:
             self.q_memory[name] = q_avg
-        average = self._assemble(layout, plain_sum.div_(world), ps, q_avg)
-        return Outcome(average * world, average=average,
-                       info={"p": layout.p_size, "q": layout.q_size, "plain": layout.plain_size})
+        # the padded copy is not needed once Q is computed: P Q^T is written over it
+        into = mats[0] if layout.square and mats else None
+        average = self._assemble(layout, plain_sum.div_(world), ps, q_avg, into)
+        info = {"p": layout.p_size, "q": layout.q_size, "plain": layout.plain_size}
+        if into is not None:  # the padded matrix: the sum in place (valid until the next
+            # call for this bucket; the exchange copies it into the bucket at once)
+            return Outcome(average.mul_(world), info=info)
+        return Outcome(average * world, average=average, info=info)
 
     def _assemble(self, layout: Layout, plain: torch.Tensor, ps: list[torch.Tensor],
-                  q_flat: torch.Tensor) -> torch.Tensor:
+                  q_flat: torch.Tensor, into: torch.Tensor | None = None) -> torch.Tensor:
+        """The flat tensor P Q^T (and the plain part) stand for. Each product is written
+        where it belongs, into ``into`` (the square's padded matrix) if given: no
+        temporaries of a bucket's size, whose fresh pages cost a large bucket more than
+        the products (the kernel zeroes each page on its first touch)."""
+        if layout.square and layout.compressed:
+            b = layout.compressed[0]
+            q = q_flat[:b.cols * b.rank].view(b.cols, b.rank)
+            full = into if into is not None else torch.empty(b.rows, b.cols)
+            torch.mm(ps[0], q.t(), out=full)
+            return full.view(-1)[:layout.numel]
         out = torch.empty(layout.numel)
         at = 0
         for b in layout.plain:
@@ -196,11 +219,7 @@ class PowerSGD(Compressor):
         for b, p in zip(layout.compressed, ps):
             q = q_flat[at:at + b.cols * b.rank].view(b.cols, b.rank)
             at += b.cols * b.rank
-            approx = (p @ q.t()).reshape(-1)
-            if layout.square:
-                out.copy_(approx[:layout.numel])
-            else:
-                out[b.offset:b.offset + b.numel] = approx
+            torch.mm(p, q.t(), out=out[b.offset:b.offset + b.numel].view(b.rows, b.cols))
         return out
 
     # -- GRACE's interface: one worker's factors --------------------------------------------
@@ -229,6 +248,7 @@ class PowerSGD(Compressor):
 
     def reset(self) -> None:
         self.q_memory.clear()
+        self.pads.clear()
 
     def describe(self) -> dict[str, Any]:
         rate = self.numel_before / self.numel_after if self.numel_after else None

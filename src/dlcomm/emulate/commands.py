@@ -157,7 +157,8 @@ def emulate(workload: str, workers: int, bandwidth: str, accelerator: str, batch
                         measured_iteration_s, dilation or 1.0, specs[0], iterations, warmup)
     ClusterSpec("check", workers, rate / cfg.dilation, topology)
     check_writable(json_path)
-    result = run_emulation(cfg, topology, auto_dilation=dilation is None, exchanges=specs)
+    result = run_emulation(cfg, topology, auto_dilation=dilation is None, exchanges=specs,
+                           progress=lambda line: click.echo(line, err=True))
     if json_path:
         write_json(json_path, result)
     _print_emulation(result, json_path)

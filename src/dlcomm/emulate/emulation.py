@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -39,20 +39,26 @@ def choose_dilation(bandwidth_bps: float, workers: int, capacity_bps: float) -> 
 
 
 def run_emulation(cfg: EmulateConfig, topology: str = "star", auto_dilation: bool = False,
-                  exchanges: Sequence[str] | None = None) -> dict[str, Any]:
+                  exchanges: Sequence[str] | None = None,
+                  progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Emulate ``cfg`` (choosing K first when ``auto_dilation``) and return the result.
 
     Every exchange in ``exchanges`` (default: ``cfg.exchange``) is measured in turn on the
-    same emulated cluster with the same K, so their iteration times compare like with like.
+    same emulated cluster with the same K, so their iteration times compare like with like;
+    ``progress`` hears of each as it starts and ends.
     """
     require_root()
     start = time.perf_counter()
     exchanges = list(exchanges or [cfg.exchange])
     calibration = None
     if auto_dilation:
+        progress("emulation: measuring this machine's capacity for emulated traffic")
         calibration = measure_capacity(max(1, cfg.workers // 2))
         cfg = replace(cfg, dilation=choose_dilation(cfg.bandwidth_bps, cfg.workers,
                                                     calibration["capacity_bps"]))
+    measured = "" if calibration is None else \
+        f" (capacity {calibration['capacity_bps'] / 1e9:.1f} Gbit/s)"
+    progress(f"emulation: {cfg.workers} workers, time dilation K={cfg.dilation:g}{measured}")
     sched = schedule_for(cfg)
     net = NetworkOptions("emulated", f"{cfg.bandwidth_bps / cfg.dilation:.0f}bit", topology)
     rows = []
@@ -60,7 +66,8 @@ def run_emulation(cfg: EmulateConfig, topology: str = "star", auto_dilation: boo
             placement(net, cfg.workers) as place, \
             switches_for_job(exchanges, place.service_host,
                              place.service_prefix()) as (specs, service):
-        for requested, spec in zip(exchanges, specs):
+        for i, (requested, spec) in enumerate(zip(exchanges, specs), 1):
+            progress(f"emulation: {requested} ({i}/{len(exchanges)})")
             part = tmp / "measured.json"
             job = replace(cfg, exchange=spec, result_path=str(part),
                           job_name=f"emu{os.getpid()}")
@@ -69,6 +76,8 @@ def run_emulation(cfg: EmulateConfig, topology: str = "star", auto_dilation: boo
             gathered = json.loads(part.read_text())
             rows.append({"exchange": requested, **breakdown(cfg, sched, gathered),
                          "exchange_stats": [w["stats"] for w in gathered]})
+            progress(f"emulation: {requested} ({i}/{len(exchanges)}): "
+                     f"{rows[-1]['iteration_time_s'] * 1e3:.1f} ms per iteration")
         info = place.info
     result = new_result("emulate", {**config_dict(cfg), "exchanges": exchanges,
                                     "topology": topology, "auto_dilation": auto_dilation})

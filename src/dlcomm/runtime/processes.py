@@ -21,8 +21,9 @@ import ctypes
 import os
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -114,19 +115,59 @@ def stop(procs: Sequence[subprocess.Popen[Any]], grace_s: float = GRACE_S) -> No
             proc.wait(timeout=5)
 
 
+class _Readers:
+    """Read a captured child's stdout whole and its stderr line by line, each line handed
+    to ``on_line`` as it comes (progress), in threads of their own."""
+
+    def __init__(self, proc: subprocess.Popen[str], on_line: Callable[[str], None]) -> None:
+        self.proc, self.on_line = proc, on_line
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self.threads = [threading.Thread(target=self._out, daemon=True),
+                        threading.Thread(target=self._err, daemon=True)]
+        for t in self.threads:
+            t.start()
+
+    def _out(self) -> None:
+        assert self.proc.stdout is not None
+        self.out.append(self.proc.stdout.read())
+
+    def _err(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.err.append(line)
+            with contextlib.suppress(Exception):  # a failing display ends no child
+                self.on_line(line.rstrip("\n"))
+
+    def wait(self, timeout_s: float) -> tuple[str, str]:
+        self.proc.wait(timeout=timeout_s)
+        return self.finish()
+
+    def finish(self) -> tuple[str, str]:
+        for t in self.threads:
+            t.join()
+        return "".join(self.out), "".join(self.err)
+
+
 def run_child(argv: Sequence[str], timeout_s: float, *, env: Mapping[str, str] | None = None,
-              cwd: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``argv`` to completion, capturing its output as text; stopped (and
-    :class:`ChildTimeout` raised) after ``timeout_s``, stopped too if this process is
-    interrupted meanwhile."""
+              cwd: str | None = None, on_line: Callable[[str], None] | None = None
+              ) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` to completion, capturing its output as text (each stderr line handed to
+    ``on_line`` as it comes, if given); stopped (and :class:`ChildTimeout` raised) after
+    ``timeout_s``, stopped too if this process is interrupted meanwhile."""
     proc = spawn(argv, env=env, capture=True, cwd=cwd)
+    readers = _Readers(proc, on_line) if on_line is not None else None
     try:
         with interrupts_raised():  # a signal to us stops the child with SIGTERM, so that
-            out, err = proc.communicate(timeout=timeout_s)  # it cleans up (not PDEATHSIG)
+            out, err = readers.wait(timeout_s) if readers else \
+                proc.communicate(timeout=timeout_s)  # it cleans up (not PDEATHSIG)
     except subprocess.TimeoutExpired:
         with interrupts_ignored():
             stop([proc], CHILD_GRACE_S)
-            proc.communicate()
+            if readers:
+                readers.finish()
+            else:
+                proc.communicate()
         raise ChildTimeout(f"`{' '.join(argv[:5])} ...` did not finish within {timeout_s:g} s"
                            ) from None
     except BaseException:
@@ -136,12 +177,13 @@ def run_child(argv: Sequence[str], timeout_s: float, *, env: Mapping[str, str] |
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def run_or_fail(argv: Sequence[str], what: str, timeout_s: float
+def run_or_fail(argv: Sequence[str], what: str, timeout_s: float,
+                on_line: Callable[[str], None] | None = None
                 ) -> subprocess.CompletedProcess[str]:
     """:func:`run_child`, raising ``DlcommError("WHAT failed: ...")`` with the child's last
     stderr line (or its exit code) if it fails or runs out of time."""
     try:
-        res = run_child(argv, timeout_s)
+        res = run_child(argv, timeout_s, on_line=on_line)
     except ChildTimeout as exc:
         raise DlcommError(f"{what} failed: {exc}") from exc
     if res.returncode != 0:

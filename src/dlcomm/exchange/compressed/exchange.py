@@ -255,7 +255,7 @@ class CompressedExchange(Exchange):
         outcome = self._drive(_plain_rounds(p), rec) if warming else \
             self._apply(compressor, p, rec, job.shapes)
         t0 = time.perf_counter()
-        if use_memory:
+        if use_memory and self.memory.keeps:  # (an average costs a bucket-sized tensor)
             if outcome.exact:
                 self.memory.forget(rec.name)
             else:
