@@ -28,6 +28,7 @@ EXCHANGES = ("ring", "switch", "sparse-switch", "auto")
 METHODS = ("fp16", "powersgd:rank=4", "topk:ratio=0.01")
 SAMPLE = 2**20  # elements a compressor is measured on, at least
 BYTES_TIMED = 32  # a process timing a compressor holds about this per element, at most
+PROCESS_BYTES = 400 * 2**20  # and this much besides (torch, once imported)
 MAX_SIZES = 6  # bucket sizes a compressor is timed at, at most
 MIN_TIMED_S = 0.5  # a compressor is timed for ``repeats`` runs and this long, at least
 MAX_PEERS_TIMED = 16  # peers' payloads decompressed while timing; more are extrapolated
@@ -75,7 +76,8 @@ def measure_method(spec: str, workers: int, shapes: tuple[tuple[int, ...], ...] 
     elements = sum(s.numel() for s in sizes)
     flat = torch.randn(elements, generator=torch.Generator().manual_seed(0))
     times: list[float] = []
-    wire, rounds = {}, 2  # an all-gather: the sizes, then the payloads
+    wire: dict[str, int] = {}
+    rounds = 2  # an all-gather: the sizes, then the payloads
     start = clock()
     while len(times) < repeats or clock() - start < MIN_TIMED_S:
         bucket = flat.clone()  # the bucket the exchange is handed (not timed)
@@ -132,7 +134,7 @@ def processes_for(elements: int, together: int, budget: int) -> int:
     of the cores is timed in fewer processes, each by its CPU time: beyond the caches a
     compressor's rate per core is set by the memory bandwidth the processes on the other
     cores take, not by how many take turns on one."""
-    return max(1, min(together, budget // (BYTES_TIMED * max(1, elements))))
+    return max(1, min(together, budget // (BYTES_TIMED * max(1, elements) + PROCESS_BYTES)))
 
 
 _barrier: Any = None  # in a process measuring together: the others' meeting point
@@ -166,14 +168,17 @@ def _measure_jobs(jobs: Sequence[tuple[str, int]], workers: int,
 
 
 def measure_together(procs: int, jobs: Sequence[tuple[str, int]], workers: int,
-                     shapes: tuple[tuple[int, ...], ...] = ()) -> list[list[Candidate]]:
+                     shapes: tuple[tuple[int, ...], ...] = (),
+                     clock: Callable[[], float] = time.perf_counter
+                     ) -> list[list[Candidate]]:
     """Each (method, sample) measured as ``workers`` that share this machine's cores run
     it: in ``procs`` processes at once (at most MAX_TOGETHER), each with this process's
     torch threads, timed by CPU time: the rate per core when the cores' caches and memory
     are shared (a compressor's can fall by half), the median of the processes'. One
-    process measures here, by wall time."""
+    process measures here, by ``clock`` (wall time, or its CPU time where it stands for
+    workers that share the cores)."""
     if procs <= 1:
-        return _measure_jobs(jobs, workers, shapes, time.perf_counter)
+        return _measure_jobs(jobs, workers, shapes, clock)
     procs = min(procs, MAX_TOGETHER)
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(procs, timeout=BARRIER_S)
@@ -199,10 +204,11 @@ def _measure_fitting(jobs: list[tuple[str, int]], together: int, workers: int,
     (:func:`processes_for`), in the order of ``jobs``."""
     shaped = sum(math.prod(s) for s in shapes)
     procs = [processes_for(shaped or n, together, budget) for _, n in jobs]
+    clock = time.process_time if together > 1 else time.perf_counter  # per core, or wall
     done: dict[tuple[str, int], list[Candidate]] = {}
     for p in sorted(set(procs), reverse=True):
         mine = [job for job, q in zip(jobs, procs) if q == p]
-        done.update(zip(mine, measure_together(p, mine, workers, shapes)))
+        done.update(zip(mine, measure_together(p, mine, workers, shapes, clock)))
     return [done[job] for job in jobs]
 
 

@@ -84,7 +84,7 @@ def spawn(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
     if capture:
         return subprocess.Popen(list(argv), env=child_env, cwd=cwd, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+                                errors="replace", start_new_session=True)
     handle: IO[bytes] | None = open(log, "wb") if log is not None else None  # noqa: SIM115
     try:
         return subprocess.Popen(list(argv), env=child_env, cwd=cwd, stdin=subprocess.DEVNULL,
@@ -123,10 +123,17 @@ class _Readers:
         self.proc, self.on_line = proc, on_line
         self.out: list[str] = []
         self.err: list[str] = []
-        self.threads = [threading.Thread(target=self._out, daemon=True),
-                        threading.Thread(target=self._err, daemon=True)]
+        self.failure: BaseException | None = None  # a reader's own error
+        self.threads = [threading.Thread(target=self._read, args=(self._out,), daemon=True),
+                        threading.Thread(target=self._read, args=(self._err,), daemon=True)]
         for t in self.threads:
             t.start()
+
+    def _read(self, body: Callable[[], None]) -> None:
+        try:
+            body()
+        except BaseException as exc:  # raised in the caller's thread, after the wait
+            self.failure = exc
 
     def _out(self) -> None:
         assert self.proc.stdout is not None
@@ -140,12 +147,25 @@ class _Readers:
                 self.on_line(line.rstrip("\n"))
 
     def wait(self, timeout_s: float) -> tuple[str, str]:
+        """The child's output once it has exited and its pipes closed, within
+        ``timeout_s`` in all (``subprocess.TimeoutExpired`` otherwise, as ``communicate``:
+        a grandchild holding a pipe open counts against the time too)."""
+        deadline = time.monotonic() + timeout_s
         self.proc.wait(timeout=timeout_s)
+        for t in self.threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+            if t.is_alive():
+                raise subprocess.TimeoutExpired(self.proc.args, timeout_s)
         return self.finish()
 
     def finish(self) -> tuple[str, str]:
         for t in self.threads:
             t.join()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+        if self.failure is not None:
+            raise self.failure
         return "".join(self.out), "".join(self.err)
 
 
@@ -165,7 +185,8 @@ def run_child(argv: Sequence[str], timeout_s: float, *, env: Mapping[str, str] |
         with interrupts_ignored():
             stop([proc], CHILD_GRACE_S)
             if readers:
-                readers.finish()
+                with contextlib.suppress(Exception):  # the group is stopped: pipes close
+                    readers.finish()
             else:
                 proc.communicate()
         raise ChildTimeout(f"`{' '.join(argv[:5])} ...` did not finish within {timeout_s:g} s"
