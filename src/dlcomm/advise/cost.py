@@ -11,13 +11,14 @@ candidate          time                                                         
 ring               ``2(n-1) alpha + max(2(n-1)/n S / (B e_ring),``              links or
                    ``2(n-1)/n S / R_ring)``                                     CPU
 switch             ``o_sw + max(S / (B e_sw), n S / R_switch, S / R_client)``   links, or
-                                                                                the switch's
-                                                                                / a worker's
+                                                                                switch/worker
                                                                                 CPU
 sparse-switch      as switch with ``S d (1 + 1/block)`` on the wire, and        links or
                    ``S / R_scan + d S / R_sparse`` of sparse rounds per worker  CPU
                    (native at both ends)
-auto               the faster of dense rounds and sparse-switch, per bucket
+auto               as it decides: sparse-switch below its threshold of the result's
+                   block density (``auto_sparse_below(n)``), else switch and a
+                   scan of the sums for their density (``S' / R_scan``, sampled)
 compressed         the inner exchange on ``r S`` (summable methods) or an        links or
                    all-gather of ``(n-1) r S``, plus ``S / R_compress`` and a    CPU
                    Python cost per collective round (over gloo or the switch)
@@ -46,6 +47,7 @@ from typing import Any
 
 from dlcomm.advise.profile import DENSITY_BLOCK, JobProfile
 from dlcomm.errors import ConfigError
+from dlcomm.exchange.switch.exchange import auto_sparse_below, density_scan_bytes
 from dlcomm.native.switch import MAX_NATIVE_WORKERS
 from dlcomm.timeline import finish_time
 from dlcomm.volume import ring_allreduce_factor
@@ -215,7 +217,6 @@ class Prediction:
 def _switch_time(nbytes: float, c: Cluster, k: Constants,
                  sparse_density: tuple[float, float] | None
                  ) -> tuple[float, dict[str, float]]:
-    # CPU terms: this machine's rates per core x cpu_factor (cores shared, faster hosts)
     bits = 8 * nbytes
     if sparse_density is None:
         wire = up = bits
@@ -279,10 +280,12 @@ def bucket_time(nbytes: float, cand: Candidate, profile: JobProfile, c: Cluster,
         t, terms = _switch_time(wire, c, k, None)
     elif cand.exchange == "sparse-switch":
         t, terms = _switch_time(wire, c, k, (profile.density, profile.result_density))
-    elif cand.exchange == "auto":
-        dense = _switch_time(wire, c, k, None)
-        sparse = _switch_time(wire, c, k, (profile.density, profile.result_density))
-        t, terms = min(dense, sparse, key=lambda x: x[0])
+    elif cand.exchange == "auto":  # its rule, not the faster; a dense round scans its sum
+        sparse = profile.result_density < auto_sparse_below(c.workers)
+        t, terms = _switch_time(wire, c, k, (profile.density, profile.result_density)
+                                if sparse else None)
+        scan = 0 if sparse else 8 * density_scan_bytes(int(wire // 4), DENSITY_BLOCK)
+        extra["worker CPU"] = extra.get("worker CPU", 0.0) + c.cpu_factor * scan / k.scan_rate_bps
     else:
         raise ConfigError(f"no cost model for exchange {cand.exchange!r}")
     if cand.rounds > 1:  # each further round pays the inner exchange's fixed cost again
@@ -390,9 +393,7 @@ def predict(profile: JobProfile, cand: Candidate, c: Cluster, k: Constants) -> P
     done = timeline([fwd + b.ready_s * f for b in profile.buckets], times)
     iteration = max(fwd + bwd, done) + opt
     exposed = iteration - compute
-    if exposed <= 0.1 * iteration:
-        limiter = "compute"
-    else:
-        limiter = max(totals, key=lambda name: totals[name])
+    limiter = "compute" if exposed <= 0.1 * iteration else \
+        max(totals, key=lambda name: totals[name])
     return Prediction(cand.label, iteration, compute, sum(times), max(exposed, 0.0), limiter,
                       totals)

@@ -31,7 +31,8 @@ from dlcomm.exchange.switch.spec import SwitchSpec
 from dlcomm.exchange.switch.transport import Finished, Request, Transport
 from dlcomm.wire.sparse import Presence, block_density
 
-__all__ = ["SwitchExchange", "auto_sparse_below", "DENSITY_SAMPLE"]
+__all__ = ["SwitchExchange", "auto_sparse_below", "DENSITY_SAMPLE", "density_stride",
+           "density_scan_bytes"]
 
 DENSITY_SAMPLE = 4096  # blocks auto looks at after a dense all-reduce (+-0.75% at 35%)
 
@@ -44,6 +45,19 @@ def auto_sparse_below(workers: int) -> float:
     1.49x at 25%, 0.68x at 50%) and 24% at 8 (0.98x at 25%); 0.7 / sqrt(n), between 15%
     and 50%, fits both."""
     return min(0.5, max(0.15, 0.7 / math.sqrt(max(workers, 1))))
+
+
+def density_stride(blocks: int) -> int:
+    """auto reads every this-many-th block of a dense op's sums for their density: about
+    :data:`DENSITY_SAMPLE` of them (all of a tensor of fewer than twice that); an odd
+    stride, so that it does not alias with power-of-two layouts."""
+    return max(1, blocks // DENSITY_SAMPLE) | 1
+
+
+def density_scan_bytes(numel: int, block: int) -> int:
+    """Bytes of float32 sums that auto's density scan reads after a dense op of ``numel``."""
+    blocks = numel // block
+    return 4 * block * -(-blocks // density_stride(blocks)) if blocks else 4 * numel
 
 
 class SwitchExchange(Exchange):
@@ -93,8 +107,8 @@ class SwitchExchange(Exchange):
             self.density[key] = done.union_blocks / max(done.blocks, 1)
         else:
             self.dense_ops += 1
-            if self.spec.mode == "auto":  # an odd stride: no aliasing with power-of-two layouts
-                every = max(1, len(done.sums) // self.spec.block // DENSITY_SAMPLE) | 1
+            if self.spec.mode == "auto":
+                every = density_stride(len(done.sums) // self.spec.block)
                 self.density[key] = block_density(done.sums, self.spec.block, every=every)
         return done.total
 
