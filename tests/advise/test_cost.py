@@ -86,7 +86,7 @@ def test_sparse_pays_only_with_sparse_gradients():
         pytest.approx(predict(dense, Candidate("switch"), c, K).iteration_s + SCAN_4MB)
 
 
-# auto's density scan of a dense 4 MB sum: all of its 3,906 blocks (fewer than 2 x 4096)
+# auto's density scan of a dense 4 MB sum: all of its 3,906 blocks (at most 4096)
 SCAN_4MB = 8 * 3906 * 256 * 4 / K.scan_rate_bps
 
 
@@ -111,11 +111,13 @@ def test_auto_is_priced_as_it_decides_not_as_the_faster(workers):
 
 
 @pytest.mark.parametrize("blocks, stride, scanned", [
-    (0, 1, 0), (590, 1, 590), (8191, 1, 8191), (8192, 3, 2731), (100_000, 25, 4000)])
+    (0, 1, 0), (590, 1, 590), (4096, 1, 4096), (4097, 3, 1366), (8191, 3, 2731),
+    (12_288, 3, 4096), (12_289, 5, 2458), (100_000, 25, 4000)])
 def test_the_density_scan_reads_about_a_sample_of_blocks(blocks, stride, scanned):
     assert density_stride(blocks) == stride
     assert density_scan_bytes(blocks * 256, 256) == scanned * 256 * 4
     assert density_scan_bytes(100, 256) == 400  # less than a block: all of it
+    assert density_scan_bytes(151_250, 256) == 590 * 1024  # a partial last block: not read
 
 
 def test_a_sparse_result_carries_the_union_of_the_workers_blocks():

@@ -8,7 +8,7 @@ joined the job on every shard, and the :class:`~.transport.Transport` runs each 
    previous all-reduce showed (every worker saw the same sums, so every worker chooses
    alike);
 2. after an op, that density is recorded: exact from a sparse op's union of blocks, sampled
-   from about :data:`DENSITY_SAMPLE` blocks of a dense op's sums (auto only).
+   from at most :data:`DENSITY_SAMPLE` blocks of a dense op's sums (auto only).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from dlcomm.wire.sparse import Presence, block_density
 __all__ = ["SwitchExchange", "auto_sparse_below", "DENSITY_SAMPLE", "density_stride",
            "density_scan_bytes"]
 
-DENSITY_SAMPLE = 4096  # blocks auto looks at after a dense all-reduce (+-0.75% at 35%)
+DENSITY_SAMPLE = 4096  # most blocks auto reads after a dense all-reduce (+-0.75% at 35%)
 
 
 def auto_sparse_below(workers: int) -> float:
@@ -48,10 +48,10 @@ def auto_sparse_below(workers: int) -> float:
 
 
 def density_stride(blocks: int) -> int:
-    """auto reads every this-many-th block of a dense op's sums for their density: about
-    :data:`DENSITY_SAMPLE` of them (all of a tensor of fewer than twice that); an odd
-    stride, so that it does not alias with power-of-two layouts."""
-    return max(1, blocks // DENSITY_SAMPLE) | 1
+    """auto reads every this-many-th block of a dense op's sums for their density: at most
+    :data:`DENSITY_SAMPLE` of them (a third of that at the least, all of a smaller tensor);
+    an odd stride, so that it does not alias with power-of-two layouts."""
+    return max(1, -(-blocks // DENSITY_SAMPLE)) | 1
 
 
 def density_scan_bytes(numel: int, block: int) -> int:
