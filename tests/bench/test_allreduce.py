@@ -77,6 +77,21 @@ def test_sparse_and_auto_equal_dense_switch_over_sockets(job_tmp):
     assert row["checksum"] == rows["switch"]["checksum"]
 
 
+def test_auto_counts_the_density_of_its_dense_rounds_exactly(job_tmp):
+    """Above its threshold auto goes dense; the native client counts the result's blocks
+    as they come in, so the density it records is the sparse rounds' exact union (a sample
+    of a third of the 7,812 blocks, what the Python client reads, would differ)."""
+    res = run_dlcomm("bench", "allreduce", "--exchange", "sparse-switch,auto", "--workers",
+                     "3", "--size", "8MB", "--reps", "2", "--density", "0.8", "--pattern",
+                     "shared", "--json", "a.json", tmp=job_tmp, timeout=240)
+    assert res.returncode == 0, res.stderr
+    rows = {r["exchange"]: r["exchange_stats"][0]
+            for r in json.loads((job_tmp / "a.json").read_text())["results"]}
+    assert rows["auto"]["dense_ops"] >= 2 and rows["auto"]["sparse_ops"] == 1
+    assert rows["auto"]["block_density"] == rows["sparse-switch"]["block_density"]
+    assert 0.7 < rows["auto"]["block_density"]["None"] < 0.9
+
+
 @pytest.mark.parametrize("pattern", ["shared", "independent", "elementwise"])
 def test_input_density(pattern):
     x = make_input(1, 0, 256 * 400, 0.1, pattern, 256)

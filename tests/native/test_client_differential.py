@@ -27,10 +27,10 @@ def key_material(shard: Shard, rank: int) -> bytes:
 class Twin:
     """One rank: the Python op and the native client, fed alike."""
 
-    def __init__(self, rank, workers, k, shards, data, timing):
+    def __init__(self, rank, workers, k, shards, data, timing, count_block=0):
         from dlcomm.native.client import Client, ShardKeys
 
-        self.rank = rank
+        self.rank, self.count_block = rank, count_block
         self.seqs = [[0] * s.slots for s in shards]
         self.py_out = data.copy()
         self.nat_out = data.copy()
@@ -52,6 +52,7 @@ class Twin:
 
     def start(self, now):
         sends = self.op.start(now)
+        self.client.count_blocks(self.count_block)
         self.client.begin(self.nat_out, now)
         return self.same(sends)
 
@@ -66,12 +67,15 @@ class Twin:
         return self.same(sends)
 
 
-def run_twins(inputs, k, window, shards, net, auth, timing=Timing(), silent=(), late=None):
-    """``late``: rank -> when it starts (the others start at 0 and wait for it)."""
+def run_twins(inputs, k, window, shards, net, auth, timing=Timing(), silent=(), late=None,
+              count_block=0):
+    """``late``: rank -> when it starts (the others start at 0 and wait for it);
+    ``count_block``: the native clients count their result's blocks of that size."""
     fnet = FakeNet(net)
     workers = [(f"10.0.0.{i + 1}", 7000) for i in range(len(inputs))]
     switch_addrs, dataplanes, views = _switches(fnet, workers, shards, window, k, False, 0, auth)
-    twins = [Twin(r, len(inputs), k, views[r], inputs[r], timing) for r in range(len(inputs))]
+    twins = [Twin(r, len(inputs), k, views[r], inputs[r], timing, count_block)
+             for r in range(len(inputs))]
     by_addr = {a: i for i, a in enumerate(workers)}
     by_switch = {a: s for s, a in enumerate(switch_addrs)}
     starts = {r: 0.0 for r in range(len(twins)) if r not in silent} | dict(late or {})
@@ -121,10 +125,16 @@ def test_lossy_all_reduces_agree(seed, workers, k, window, shards, loss, duplica
     if length and rng.random() < 0.3:
         inputs[0][rng.integers(length)] = 0.0
     net = NetConfig(loss=loss, duplicate=duplicate, jitter_s=1e-4, seed=seed)
-    twins = run_twins(inputs, k, window, shards, net, auth, late={workers - 1: late})
+    block = {1: 1, 5: 5, 64: 16}[k]  # auto's count of the result's blocks (a divisor of k)
+    twins = run_twins(inputs, k, window, shards, net, auth, late={workers - 1: late},
+                      count_block=block)
     for twin in twins:
         assert twin.op.error is None
         assert twin.py_out.tobytes() == twin.nat_out.tobytes()
+        # each chunk's blocks counted once, however often its result came: block_density
+        present = [bool(np.any(twin.py_out[i:i + block] != 0))
+                   for i in range(0, length, block)]
+        assert twin.client.union_blocks() == sum(present)
         assert twin.client.stats()["retransmissions"] == twin.op.retransmissions
         assert twin.client.stats()["probes"] == twin.op.probes
         assert twin.client.stats()["rejected"] == twin.op.rejected
@@ -139,6 +149,16 @@ def test_a_silent_rank_fails_both_alike(auth):
         err = twin.client.error(twin.op.last_progress + 2.5)
         assert err is not None and twin.op.error is not None
         assert err.missing == [2] and "rank(s) 2" in str(twin.op.error)
+
+
+def test_a_block_that_does_not_divide_k_is_refused():
+    from dlcomm.native.client import Client
+
+    client = Client(-1, 0, 2, 64, AUTH_NONE, [], 0.01, 0.001, 1.0, 5.0)
+    client.count_blocks(16)
+    client.count_blocks(0)
+    with pytest.raises(ValueError, match="must divide k"):
+        client.count_blocks(24)
 
 
 def test_non_finite_values_fail_both_alike():

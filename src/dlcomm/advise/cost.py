@@ -17,8 +17,7 @@ sparse-switch      as switch with ``S d (1 + 1/block)`` on the wire, and        
                    ``S / R_scan + d S / R_sparse`` of sparse rounds per worker  CPU
                    (native at both ends)
 auto               as it decides: sparse-switch below its threshold of the result's
-                   block density (``auto_sparse_below(n)``), else switch and a
-                   scan of the sums for their density (``S' / R_scan``, sampled)
+                   block density (``auto_sparse_below(n)``), else switch
 compressed         the inner exchange on ``r S`` (summable methods) or an        links or
                    all-gather of ``(n-1) r S``, plus ``S / R_compress`` and a    CPU
                    Python cost per collective round (over gloo or the switch)
@@ -47,7 +46,7 @@ from typing import Any
 
 from dlcomm.advise.profile import DENSITY_BLOCK, JobProfile
 from dlcomm.errors import ConfigError
-from dlcomm.exchange.switch.exchange import auto_sparse_below, density_scan_bytes
+from dlcomm.exchange.switch.exchange import auto_sparse_below
 from dlcomm.native.switch import MAX_NATIVE_WORKERS
 from dlcomm.timeline import finish_time
 from dlcomm.volume import ring_allreduce_factor
@@ -280,12 +279,10 @@ def bucket_time(nbytes: float, cand: Candidate, profile: JobProfile, c: Cluster,
         t, terms = _switch_time(wire, c, k, None)
     elif cand.exchange == "sparse-switch":
         t, terms = _switch_time(wire, c, k, (profile.density, profile.result_density))
-    elif cand.exchange == "auto":  # its rule, not the faster; a dense round scans its sum
+    elif cand.exchange == "auto":  # its rule, not the faster (the client counts the density)
         sparse = profile.result_density < auto_sparse_below(c.workers)
         t, terms = _switch_time(wire, c, k, (profile.density, profile.result_density)
                                 if sparse else None)
-        scan = 0 if sparse else 8 * density_scan_bytes(int(wire // 4), DENSITY_BLOCK)
-        extra["worker CPU"] = extra.get("worker CPU", 0.0) + c.cpu_factor * scan / k.scan_rate_bps
     else:
         raise ConfigError(f"no cost model for exchange {cand.exchange!r}")
     if cand.rounds > 1:  # each further round pays the inner exchange's fixed cost again

@@ -60,6 +60,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "dlc_client_begin_sparse": (C.c_int, [C.c_void_p, C.c_void_p, C.c_void_p, C.c_size_t,
                                           C.c_int, C.c_void_p, C.c_void_p, C.c_double]),
     "dlc_client_union_blocks": (C.c_long, [C.c_void_p]),
+    "dlc_client_count_blocks": (C.c_int, [C.c_void_p, C.c_int]),
 }
 
 
@@ -192,8 +193,15 @@ class Client:
         if rc:
             raise MemoryError("cannot allocate the op's packets")
 
+    def count_blocks(self, block: int) -> None:
+        """Dense ops from now on count the blocks of ``block`` elements of their result that
+        hold data (:meth:`union_blocks`), as each packet comes in; 0: they do not."""
+        if self.lib.dlc_client_count_blocks(self.handle, block):
+            raise ValueError(f"block {block} must divide k")
+
     def union_blocks(self) -> int:
-        """Blocks of the last sparse op that came back non-zero (the global density)."""
+        """Blocks of the last op's result that came back non-zero (the global density): a
+        sparse op's, or a dense op's that counts them (:meth:`count_blocks`)."""
         return int(self.lib.dlc_client_union_blocks(self.handle))
 
     def allow_skew(self, seconds: float) -> None:

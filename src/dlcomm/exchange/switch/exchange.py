@@ -7,8 +7,9 @@ joined the job on every shard, and the :class:`~.transport.Transport` runs each 
 1. ``auto`` chooses dense or sparse rounds per tensor, from the global block density its
    previous all-reduce showed (every worker saw the same sums, so every worker chooses
    alike);
-2. after an op, that density is recorded: exact from a sparse op's union of blocks, sampled
-   from at most :data:`DENSITY_SAMPLE` blocks of a dense op's sums (auto only).
+2. after an op, that density is recorded: exact from a sparse op's union of blocks, and
+   from a dense op's blocks that the native client counted as their results came in (auto
+   only; with the Python client, sampled from at most :data:`DENSITY_SAMPLE` blocks).
 """
 
 from __future__ import annotations
@@ -31,8 +32,7 @@ from dlcomm.exchange.switch.spec import SwitchSpec
 from dlcomm.exchange.switch.transport import Finished, Request, Transport
 from dlcomm.wire.sparse import Presence, block_density
 
-__all__ = ["SwitchExchange", "auto_sparse_below", "DENSITY_SAMPLE", "density_stride",
-           "density_scan_bytes"]
+__all__ = ["SwitchExchange", "auto_sparse_below", "DENSITY_SAMPLE", "density_stride"]
 
 DENSITY_SAMPLE = 4096  # most blocks auto reads after a dense all-reduce (+-0.75% at 35%)
 
@@ -48,16 +48,11 @@ def auto_sparse_below(workers: int) -> float:
 
 
 def density_stride(blocks: int) -> int:
-    """auto reads every this-many-th block of a dense op's sums for their density: at most
+    """With the Python client (the native one counts the blocks as the results come in),
+    auto reads every this-many-th block of a dense op's sums for their density: at most
     :data:`DENSITY_SAMPLE` of them (a third of that at the least, all of a smaller tensor);
     an odd stride, so that it does not alias with power-of-two layouts."""
     return max(1, -(-blocks // DENSITY_SAMPLE)) | 1
-
-
-def density_scan_bytes(numel: int, block: int) -> int:
-    """Bytes of float32 sums that auto's density scan reads after a dense op of ``numel``."""
-    blocks = numel // block
-    return 4 * block * -(-blocks // density_stride(blocks)) if blocks else 4 * numel
 
 
 class SwitchExchange(Exchange):
@@ -96,7 +91,8 @@ class SwitchExchange(Exchange):
             raise ExchangeError(f"the switch exchange sums float32 tensors, got {flat.dtype}")
         sparse = self._sparse_for(key)
         request = Request(flat, sparse, self.spec.block, self.spec.threshold,
-                          presence if sparse else None)
+                          presence if sparse else None,
+                          count=self.spec.mode == "auto" and not sparse)
         return self.transport.submit(request).then(
             lambda fut: self._finished(key, fut.value()))
 
@@ -107,7 +103,9 @@ class SwitchExchange(Exchange):
             self.density[key] = done.union_blocks / max(done.blocks, 1)
         else:
             self.dense_ops += 1
-            if self.spec.mode == "auto":
+            if done.blocks:  # counted by the native client as the results came in
+                self.density[key] = done.union_blocks / done.blocks
+            elif self.spec.mode == "auto":  # the Python client: a sample of the sums
                 every = density_stride(len(done.sums) // self.spec.block)
                 self.density[key] = block_density(done.sums, self.spec.block, every=every)
         return done.total

@@ -101,9 +101,11 @@ class NativeOps:
 
     def run(self, data: np.ndarray, seqs: list[list[int]],
             failure: Callable[[], str | None], control_failure: Callable[[], str | None],
-            sparse_block: int = 0, presence: Presence | None = None) -> dict[str, int]:
+            sparse_block: int = 0, presence: Presence | None = None,
+            count_block: int = 0) -> dict[str, int]:
         """Sum ``data`` in place (``sparse_block``: in sparse rounds of blocks of that size,
-        with the tensor's ``presence`` if known); the counters it moved (sent, ...)."""
+        with the tensor's ``presence`` if known; ``count_block``: dense, counting the result's
+        blocks of that size that hold data, :meth:`union_blocks`); the counters it moved."""
         self._hand_over(seqs)
         try:
             t0 = time.perf_counter()
@@ -116,6 +118,7 @@ class NativeOps:
                                          known.present if known else None,
                                          known.negative_zero if known else None)
             else:
+                self.client.count_blocks(count_block)
                 self.client.begin(data, time.monotonic())
             self.client.allow_skew(time.perf_counter() - t0)
             while True:

@@ -56,6 +56,7 @@ class Request:
     block: int = 0                      # sparse rounds: the block size
     threshold: float = 0.0              # sparse rounds: blocks at or below are not sent
     presence: Presence | None = None    # the tensor's present blocks, if already known
+    count: bool = False                 # dense: count the result's blocks that hold data
 
 
 @dataclass(frozen=True)
@@ -65,8 +66,8 @@ class Finished:
     total: torch.Tensor
     sums: np.ndarray                    # the same memory, as numpy
     sparse: bool
-    blocks: int = 0                     # sparse: blocks of the tensor
-    union_blocks: int = 0               # sparse: blocks non-zero on some worker
+    blocks: int = 0                     # sparse, or counted: blocks of the tensor (0: not)
+    union_blocks: int = 0               # of them, those non-zero on some worker
 
 
 @dataclass
@@ -206,7 +207,8 @@ class Transport:
         assert self.native is not None
         t0 = time.perf_counter()
         moved = self.native.run(data, self.seqs, self._failure, self._control_failure,
-                                request.block if request.sparse else 0, request.presence)
+                                request.block if request.sparse else 0, request.presence,
+                                request.block if request.count else 0)
         st = self.stats
         st.packets_sent += moved["packets_sent"]
         st.bytes_sent += moved["bytes_sent"]
@@ -221,8 +223,8 @@ class Transport:
         flat = request.flat
         if not flat.is_contiguous():
             flat.copy_(torch.from_numpy(data))
-        if request.sparse:
-            return Finished(flat, data, True, -(-len(data) // request.block),
+        if request.sparse or request.count:
+            return Finished(flat, data, request.sparse, -(-len(data) // request.block),
                             self.native.union_blocks())
         return Finished(flat, data, False)
 

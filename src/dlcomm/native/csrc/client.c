@@ -61,6 +61,7 @@ typedef struct {
      * blocks per group, their masks as words, and per position its groups with data */
     int sparse, block, m, words; uint8_t *gmask; uint32_t *packed;
     int *mine, *mine_off, *mine_cnt, *cursor; long union_blocks;
+    int count_block;   /* a dense op counts its result's blocks of this many that hold data */
     /* outputs of the pure API / the loop's batch */
     dlc_out outs[CL_MAX_OUTS]; int nouts; uint8_t *scratch; size_t used, cap; int pure;
     uint64_t epoch;   /* how many times the queue was emptied (sent, or taken) */
@@ -395,10 +396,37 @@ static int lay_out(dlc_client *c, size_t pkt) {
     return 0;
 }
 
+/* Dense ops from now on count the blocks of `block` elements of their result that hold a
+ * value other than +-0 (NaN counts), as they come in, for dlc_client_union_blocks (auto's
+ * density, wire/sparse.block_density); 0: no count. -2 if block does not divide k. */
+int dlc_client_count_blocks(dlc_client *c, int block) {
+    if (block < 0 || (block && c->k % block)) return -2;
+    c->count_block = block;
+    return 0;
+}
+
+/* x[j] != 0 as bits, without a branch (so that it vectorises): all but the sign bit are 0
+ * only for +-0; NaN and denormals count */
+static long present_blocks(const float *x, size_t n, size_t b) {
+    long count = 0;
+    for (size_t i = 0; i < n; i += b) {
+        size_t end = n - i < b ? n : i + b;
+        uint32_t any = 0;
+        for (size_t j = i; j < end; j++) {
+            uint32_t v;
+            memcpy(&v, x + j, sizeof v);
+            any |= v & 0x7FFFFFFFu;
+        }
+        count += any != 0;
+    }
+    return count;
+}
+
 /* Begin summing data[0:n] into out (which may be data). Outputs: the exponent rounds. */
 int dlc_client_begin(dlc_client *c, const float *data, float *out, size_t n, double now) {
     op_free(c);
     c->data = data; c->out = out; c->n = n; c->nouts = 0; c->used = 0; c->epoch++;
+    c->union_blocks = 0;
     c->error_kind = E_NONE; c->error_text[0] = 0;
     c->chunks = (int)((n + (size_t)c->k - 1) / (size_t)c->k);
     c->exps = malloc(sizeof(int32_t) * (size_t)(c->chunks ? c->chunks : 1));
@@ -503,6 +531,8 @@ static void on_packet(dlc_client *c, int si, const dlc_hdr *h, const uint8_t *pa
     if (p->chunk >= 0) {
         dequantize_into(c->out + p->tsi, (const int32_t *)(const void *)payload, h->numel,
                         p->e_used, c->log2n);
+        if (c->count_block)   /* a chunk starts at a multiple of k, so of the block */
+            c->union_blocks += present_blocks(c->out + p->tsi, h->numel, (size_t)c->count_block);
         nxt = p->chunk + c->npos;
     } else {
         nxt = p->index;

@@ -39,6 +39,7 @@ int dlc_client_begin(dlc_client *c, const float *data, float *out, size_t n, dou
 int dlc_client_begin_sparse(dlc_client *c, float *data, float *out, size_t n, int block,
                             const uint8_t *present_in, const uint8_t *negzero_in, double now);
 void dlc_client_set_gso(dlc_client *c, int on);
+int dlc_client_count_blocks(dlc_client *c, int block);
 void dlc_client_set_results_fd(dlc_client *c, int fd);
 void dlc_client_on_datagram(dlc_client *c, const uint8_t *buf, size_t len, uint32_t ip,
                             uint16_t port, double now);

@@ -176,7 +176,8 @@ static void client_begin(void) {
         if (dlc_client_begin_sparse(S.client, S.work, S.out, SPARSE_ELEMENTS, SPARSE_BLOCK,
                                     NULL, NULL, dlc_now()))
             fail("dlc_client_begin_sparse failed", 0, 0);
-    } else if (dlc_client_begin(S.client, S.data, S.out, S.elements, dlc_now())) {
+    } else if (dlc_client_count_blocks(S.client, SPARSE_BLOCK) ||   /* auto's dense rounds */
+               dlc_client_begin(S.client, S.data, S.out, S.elements, dlc_now())) {
         fail("dlc_client_begin failed", 0, 0);
     }
 }
