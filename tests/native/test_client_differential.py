@@ -140,6 +140,21 @@ def test_lossy_all_reduces_agree(seed, workers, k, window, shards, loss, duplica
         assert twin.client.stats()["rejected"] == twin.op.rejected
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_duplicated_results_are_counted_once(seed):
+    """Without tags nothing drops a duplicate before the op's sequence check, so a result
+    that comes twice reaches it: its blocks are counted once all the same."""
+    rng = np.random.default_rng(seed)
+    inputs = [rng.standard_normal(300).astype(np.float32) for _ in range(3)]
+    for x in inputs:
+        x[64:128] = 0.0                             # a block empty on every worker
+    net = NetConfig(loss=0.05, duplicate=0.5, jitter_s=1e-4, seed=seed)
+    twins = run_twins(inputs, 64, 3, 2, net, AUTH_NONE, count_block=16)
+    for twin in twins:
+        assert twin.py_out.tobytes() == twin.nat_out.tobytes()
+        assert twin.client.union_blocks() == 19 - 4   # ceil(300 / 16) blocks, 4 empty
+
+
 @pytest.mark.parametrize("auth", [AUTH_NONE, AUTH_MAC])
 def test_a_silent_rank_fails_both_alike(auth):
     inputs = [np.ones(40, np.float32) for _ in range(3)]

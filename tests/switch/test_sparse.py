@@ -5,7 +5,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dlcomm.exchange.switch.exchange import density_stride
 from dlcomm.switch.planning import plan_round
 from dlcomm.testing.fakenet import NetConfig, aggregate
 from dlcomm.wire.sparse import (
@@ -317,11 +316,3 @@ class TestSparseDataplane:
         out = self.send(1, 1, look([], self.M), mine)
         _, result = decode(bytes(out[0][2]), 4, self.B, 2)
         assert result.values.tolist() == [[14] * self.B]
-
-
-@pytest.mark.parametrize("blocks, stride", [
-    (0, 1), (590, 1), (4096, 1), (4097, 3), (8191, 3), (12_288, 3), (12_289, 5),
-    (100_000, 25)])
-def test_the_python_clients_density_sample_reads_at_most_4096_blocks(blocks, stride):
-    assert density_stride(blocks) == stride
-    assert -(-blocks // stride) <= 4096 and (blocks < 4096 or -(-blocks // stride) > 1365)

@@ -7,9 +7,10 @@ joined the job on every shard, and the :class:`~.transport.Transport` runs each 
 1. ``auto`` chooses dense or sparse rounds per tensor, from the global block density its
    previous all-reduce showed (every worker saw the same sums, so every worker chooses
    alike);
-2. after an op, that density is recorded: exact from a sparse op's union of blocks, and
-   from a dense op's blocks that the native client counted as their results came in (auto
-   only; with the Python client, sampled from at most :data:`DENSITY_SAMPLE` blocks).
+2. after an op, that density is recorded, exactly, whichever client ran it (so that every
+   worker chooses alike): a sparse op's union of blocks; a dense op's blocks of the sums
+   that hold data, counted by the native client as the results came in, or read from the
+   sums after a Python client's op (auto only).
 """
 
 from __future__ import annotations
@@ -30,11 +31,9 @@ from dlcomm.exchange.base import (
 from dlcomm.exchange.switch.bootstrap import Session, bootstrap
 from dlcomm.exchange.switch.spec import SwitchSpec
 from dlcomm.exchange.switch.transport import Finished, Request, Transport
-from dlcomm.wire.sparse import Presence, block_density
+from dlcomm.wire.sparse import Presence, present_blocks
 
-__all__ = ["SwitchExchange", "auto_sparse_below", "DENSITY_SAMPLE", "density_stride"]
-
-DENSITY_SAMPLE = 4096  # most blocks auto reads after a dense all-reduce (+-0.75% at 35%)
+__all__ = ["SwitchExchange", "auto_sparse_below"]
 
 
 def auto_sparse_below(workers: int) -> float:
@@ -45,14 +44,6 @@ def auto_sparse_below(workers: int) -> float:
     1.49x at 25%, 0.68x at 50%) and 24% at 8 (0.98x at 25%); 0.7 / sqrt(n), between 15%
     and 50%, fits both."""
     return min(0.5, max(0.15, 0.7 / math.sqrt(max(workers, 1))))
-
-
-def density_stride(blocks: int) -> int:
-    """With the Python client (the native one counts the blocks as the results come in),
-    auto reads every this-many-th block of a dense op's sums for their density: at most
-    :data:`DENSITY_SAMPLE` of them (a third of that at the least, all of a smaller tensor);
-    an odd stride, so that it does not alias with power-of-two layouts."""
-    return max(1, -(-blocks // DENSITY_SAMPLE)) | 1
 
 
 class SwitchExchange(Exchange):
@@ -105,9 +96,9 @@ class SwitchExchange(Exchange):
             self.dense_ops += 1
             if done.blocks:  # counted by the native client as the results came in
                 self.density[key] = done.union_blocks / done.blocks
-            elif self.spec.mode == "auto":  # the Python client: a sample of the sums
-                every = density_stride(len(done.sums) // self.spec.block)
-                self.density[key] = block_density(done.sums, self.spec.block, every=every)
+            elif self.spec.mode == "auto":  # the Python client's: the same count, from the sums
+                present, _ = present_blocks(done.sums, self.spec.block)
+                self.density[key] = float(present.mean()) if len(present) else 0.0
         return done.total
 
     def stats(self) -> ExchangeStats:

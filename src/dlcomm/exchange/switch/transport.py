@@ -67,7 +67,8 @@ class Finished:
     sums: np.ndarray                    # the same memory, as numpy
     sparse: bool
     blocks: int = 0                     # sparse, or counted: blocks of the tensor (0: not)
-    union_blocks: int = 0               # of them, those non-zero on some worker
+    union_blocks: int = 0               # of them: sent by some worker (sparse), non-zero in
+                                        # the sum (counted)
 
 
 @dataclass
