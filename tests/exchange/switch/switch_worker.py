@@ -3,7 +3,8 @@
 argv: SWITCH_SPEC MODE NUMEL [SEED]; prints one JSON line: {"rank", "checksum"|"error", ...}.
 Modes: sum, die (rank 2 exits right after bootstrap), hang (rank 2 never sends), nan
 (rank 1 has a NaN), mismatch (rank 1 has a longer tensor), many (all-reduces for 12 s:
-longer than a test waits before it kills the switch, however fast the data path).
+longer than a test waits before it kills the switch, however fast the data path), halves
+(auto: the tensor, then it with every other block of 256 zero: a dense round's density).
 """
 
 import hashlib
@@ -35,6 +36,9 @@ def main(spec: str, mode: str, numel: int, seed: int = 0) -> None:
             time.sleep(7)   # past the test's 3 s deadline, then gone
             os._exit(0)
         start = time.perf_counter()
+        if mode == "halves":
+            ex.allreduce(x.clone()).wait()  # sparse (auto's first), then dense: all present
+            x.view(-1, 256)[::2] = 0.0
         reps = 0
         while reps < 1 or (mode == "many" and time.perf_counter() - start < 12):
             result = ex.allreduce(x.clone()).wait()

@@ -77,6 +77,20 @@ def stats_of(service, index=0):
                         {"op": "stats"})["stats"]
 
 
+@pytest.mark.parametrize("client", ["native", "python"])
+def test_auto_learns_a_dense_rounds_density_from_its_sums(switch, client):
+    """auto's first op is sparse and finds every block present, so the next is dense: the
+    density it records after it must be that op's own (half the blocks), counted by the
+    native client as the results come in or read from the sums by the Python one."""
+    auto = spec(switch, k=1024, client=client).replace("switch:", "auto:", 1)
+    outs = run_ranks(auto, "halves", numel=51_200)
+    for out in outs:
+        assert "error" not in out, out
+        extra = out["stats"]
+        assert (extra["sparse_ops"], extra["dense_ops"]) == (1, 1)
+        assert extra["block_density"] == {"None": 0.5}
+
+
 def test_exact_and_reproducible_under_loss(switch):
     clean = run_ranks(spec(switch), "sum")
     lossy = run_ranks(spec(switch, drop=0.05, seed=3), "sum")

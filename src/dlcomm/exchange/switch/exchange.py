@@ -9,8 +9,8 @@ joined the job on every shard, and the :class:`~.transport.Transport` runs each 
    alike);
 2. after an op, that density is recorded, exactly, whichever client ran it (so that every
    worker chooses alike): a sparse op's union of blocks; a dense op's blocks of the sums
-   that hold data, counted by the native client as the results came in, or read from the
-   sums after a Python client's op (auto only).
+   that hold data, which the transport counts for auto (``Request.count``: the native
+   client as the results come in, the Python client's op from the sums after it).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from dlcomm.exchange.base import (
 from dlcomm.exchange.switch.bootstrap import Session, bootstrap
 from dlcomm.exchange.switch.spec import SwitchSpec
 from dlcomm.exchange.switch.transport import Finished, Request, Transport
-from dlcomm.wire.sparse import Presence, present_blocks
+from dlcomm.wire.sparse import Presence
 
 __all__ = ["SwitchExchange", "auto_sparse_below"]
 
@@ -91,14 +91,10 @@ class SwitchExchange(Exchange):
         """Record the global block density of a finished op (step 2 of the module doc)."""
         if done.sparse:
             self.sparse_ops += 1
-            self.density[key] = done.union_blocks / max(done.blocks, 1)
         else:
             self.dense_ops += 1
-            if done.blocks:  # counted by the native client as the results came in
-                self.density[key] = done.union_blocks / done.blocks
-            elif self.spec.mode == "auto":  # the Python client's: the same count, from the sums
-                present, _ = present_blocks(done.sums, self.spec.block)
-                self.density[key] = float(present.mean()) if len(present) else 0.0
+        if done.blocks:  # a sparse op's union, or a dense op's counted blocks (auto)
+            self.density[key] = done.union_blocks / done.blocks
         return done.total
 
     def stats(self) -> ExchangeStats:

@@ -37,7 +37,7 @@ from dlcomm.exchange.switch.window import (
     send_error,
 )
 from dlcomm.native import available
-from dlcomm.wire.sparse import Presence
+from dlcomm.wire.sparse import Presence, present_blocks
 
 if TYPE_CHECKING:
     from dlcomm.exchange.switch.native_ops import NativeOps
@@ -277,4 +277,7 @@ class Transport:
             flat.copy_(torch.from_numpy(data))
         if isinstance(op, SparseAllreduceOp):
             return Finished(flat, data, True, len(op.mask), op.union_blocks)
+        if request.count:  # what the native client counts as the results come in
+            present, _ = present_blocks(data, request.block)
+            return Finished(flat, data, False, len(present), int(present.sum()))
         return Finished(flat, data, False)

@@ -407,6 +407,7 @@ int dlc_client_count_blocks(dlc_client *c, int block) {
 
 /* x[j] != 0 as bits, without a branch (so that it vectorises): all but the sign bit are 0
  * only for +-0; NaN and denormals count */
+DLC_CLONES
 static long present_blocks(const float *x, size_t n, size_t b) {
     long count = 0;
     for (size_t i = 0; i < n; i += b) {
