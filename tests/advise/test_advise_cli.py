@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from dlcomm.advise.run import machine_factor
 from dlcomm.results import validate_result
 from tests.conftest import REPO, run_dlcomm, run_dlcomm_here
 
@@ -39,6 +40,8 @@ def test_a_users_own_model_end_to_end(job_tmp):
     assert {"ring", "switch", "sparse-switch", "auto"} <= set(labels)
     assert doc["summary"]["recommendation"] == labels[0]
     assert (job_tmp / "a.png").read_bytes()[:4] == b"\x89PNG"
+    # a user's model is not dlcomm's to train: nothing bounds it by a loopback run
+    assert all(c["floor_s"] is None for c in doc["candidates"])
     assert "recommendation:" in res.stdout
 
 
@@ -123,6 +126,22 @@ def test_a_straggler_measures_the_decentralized_protocols(job_tmp):
     assert preds["ring"]["compute_s"] > 0.015
 
 
+@pytest.mark.skipif(machine_factor(4) <= 1, reason="4 workers have a core each here")
+def test_workers_on_shared_cores_are_bounded_by_a_loopback_run(job_tmp):
+    res = advise(job_tmp, "--workload", "digits-cnn", "--workers", "4", "--bandwidth",
+                 "100gbit", "--methods", "fp16", "--only", "ring,switch", "--json", "b.json")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "measuring the cores' bound of switch" in res.stderr
+    doc = json.loads((job_tmp / "b.json").read_text())
+    validate_result(doc)
+    floors = {c["candidate"]: c["floor_s"] for c in doc["candidates"]}
+    assert set(floors) == {"ring", "switch"} and all(f > 0 for f in floors.values())
+    # at 100 Gbit/s the links cost next to nothing: the step on these cores is the bound
+    for p in doc["predictions"]:
+        assert p["iteration_s"] >= floors[p["candidate"]]
+        assert (p["limiter"] == "cores") == (p["iteration_s"] == floors[p["candidate"]])
+
+
 @pytest.mark.slow
 def test_measure_fits_this_machine(job_tmp):
     res = advise(job_tmp, "--workload", "resnet50", "--workers", "2", "--bandwidth", "1gbit",
@@ -151,3 +170,5 @@ def test_verification_emulates_the_jobs_compute_as_the_model_prices_it():
     assert args[args.index("--compute-ms") + 1] == "30"
     assert args[args.index("--batch-size") + 1] == "16"
     assert "--compute-ms" not in _train_args("digits-cnn", 8, "1gbit", None, 0.0)
+    # the cores' bound runs the same job on loopback
+    assert "--network" not in _train_args("digits-cnn", 8, None, 16, 30.0)

@@ -165,6 +165,29 @@ def test_ranking_sweep_and_result():
     assert result["summary"]["confidence"]["level"] in ("high", "medium", "low")
 
 
+def test_a_step_measured_on_shared_cores_bounds_its_prediction():
+    c = Cluster(4, 1e9)
+    free = rank(job(), [Candidate("ring"), Candidate("switch")], c, K)
+    model = {p.candidate: p.iteration_s for p in free}
+    # the switch's loopback step above its model, the ring's below its own
+    cands = [Candidate("ring", floor_s=model["ring"] / 2),
+             Candidate("switch", floor_s=2 * model["ring"])]
+    preds = {p.candidate: p for p in rank(job(), cands, c, K)}
+    assert preds["ring"].iteration_s == model["ring"] and preds["ring"].limiter != "cores"
+    sw = preds["switch"]
+    assert sw.iteration_s == 2 * model["ring"] and sw.limiter == "cores"
+    assert sw.terms["cores"] == sw.iteration_s and sw.compute_s == free[0].compute_s
+    assert sw.exposed_s == pytest.approx(sw.iteration_s - sw.compute_s)
+    assert [p.candidate for p in rank(job(), cands, c, K)] == ["ring", "switch"]
+    # no faster link makes it faster: at 100 Gbit/s the bound still holds (the ring takes
+    # at most its 1 Gbit/s time there), where slow links price both by their bytes
+    speedups = sweep(job(), cands, c, K)["speedup_over_ring"]["switch"]
+    assert speedups[-1] <= 0.5 + 1e-9 and speedups[0] > 1
+    rows = advise_result(job(), cands, c, K, {"workload": "toy"})["candidates"]
+    assert {r["candidate"]: r["floor_s"] for r in rows} == {
+        "ring": model["ring"] / 2, "switch": 2 * model["ring"]}
+
+
 def test_bsp_pays_the_stragglers_sleep_beyond_what_the_others_fill():
     toy = job(compute_s=0.3)  # forward 0.1 s, backward 0.2 s
     c = Cluster(4, 1e9)
@@ -312,6 +335,11 @@ def test_the_known_error_widens_where_a_latency_bound_ring_shares_the_cores():
     assert known_error(small, shared_fast, K) == (
         SHARED_RING_ERROR, "workers sharing this machine's cores, a ring of mostly fixed costs")
     assert known_error(small, shared_slow, K)[0] == KNOWN_ERROR
+    # the ring's step on those cores measured: its waits inside training are in it
+    assert known_error(small, shared_fast, K, bounded=True)[0] == KNOWN_ERROR
+    bounded = advise_result(small, [Candidate("ring", floor_s=0.01), Candidate("switch")],
+                            shared_fast, K, {"workload": "toy"})["summary"]["confidence"]
+    assert bounded["known_error"] == KNOWN_ERROR
     assert known_error(small, own_cores, K)[0] == KNOWN_ERROR  # no sharing: the model's
     # a calibration's worst fit widens it where larger, and is kept where it is the larger
     assert known_error(small, own_cores, K, fitted=0.2) == (0.2, "the calibration's worst fit")

@@ -41,13 +41,16 @@ __all__ = ["advise_cmd"]
               "and, as root, its emulated links, instead of the constants on file.")
 @click.option("--calibration", "calibration_path", help="Take the cost model's constants "
               "from this file (the JSON of an earlier advise --measure).")
+@click.option("--core-bound/--no-core-bound", default=True, show_default=True,
+              help="A trainable job whose workers share this machine's cores: run each "
+              "candidate briefly on loopback; its step there bounds the prediction.")
 @click.option("--json", "json_path", help="Write the JSON result here.")
 @click.option("--plot", "plot_path", help="Write the speedup-against-link-rate plot here.")
 def advise_cmd(workload: str | None, model_target: str | None, workers: int, bandwidth: str,
                accelerator: str | None, batch_size: int | None, straggler: str | None,
                compute_ms: float, methods: str, only: str | None, verify_top: int, steps: int,
                repeats: int, host_speedup: float | None, measure: bool,
-               calibration_path: str | None, json_path: str | None,
+               calibration_path: str | None, core_bound: bool, json_path: str | None,
                plot_path: str | None) -> None:
     """Predict every candidate exchange for one job, rank them, and (--verify) check."""
     from rich.console import Console
@@ -66,7 +69,7 @@ def advise_cmd(workload: str | None, model_target: str | None, workers: int, ban
                         straggler, methods, verify_top, steps,
                         progress=lambda m: click.echo(m, err=True), only=only,
                         constants=constants, measure=measure, host_speedup=host_speedup,
-                        compute_ms=compute_ms, repeats=repeats)
+                        compute_ms=compute_ms, repeats=repeats, core_bound=core_bound)
     if json_path:
         write_json(json_path, result)
     if plot_path:

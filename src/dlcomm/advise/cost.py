@@ -179,6 +179,7 @@ class Candidate:
     sync: str = "bsp"
     rounds: int = 1                    # collectives per bucket (PowerSGD: 2)
     iteration_cpu_s: float | None = None  # hop/prague: protocol CPU per iteration, measured
+    floor_s: float | None = None       # its step measured on loopback, on shared cores
     # (elements, ratio, compress_bps) measured at several bucket sizes, if any: a
     # compressor's rate depends on the bucket's size (caches), PowerSGD's ratio too
     sizes: tuple[tuple[int, float, float], ...] = ()
@@ -205,7 +206,7 @@ class Prediction:
     compute_s: float
     comm_s: float              # total time buckets spent in their exchange
     exposed_s: float           # communication not hidden behind compute
-    limiter: str               # compute | links | switch CPU | worker CPU
+    limiter: str               # compute | links | switch CPU | worker CPU | cores
     terms: dict[str, float] = field(default_factory=dict)
 
     @property

@@ -22,7 +22,7 @@ from dlcomm.advise.profile import (
     scaled,
 )
 from dlcomm.advise.run import advise_result, machine_factor
-from dlcomm.advise.verify import medians, score, verify_catalog, verify_trainable
+from dlcomm.advise.verify import score, verify_catalog, verify_trainable
 from dlcomm.errors import ConfigError
 from dlcomm.registry import parse_rate, parse_spec, split_specs
 from dlcomm.workloads.accelerators import get_accelerator
@@ -163,27 +163,47 @@ def on_these_cores(host_speedup: float | None, dilation: float | None, here: boo
     return host_speedup is None and (bool(dilation) or here)
 
 
+def _straggler(straggler: str | None) -> tuple[int, float] | None:
+    """``--straggler RANK:FACTOR`` as (rank, factor), or None."""
+    if not straggler:
+        return None
+    from dlcomm.train.hetero import parse_straggler
+    parsed = parse_straggler(straggler)
+    if parsed.rank is None:
+        raise ConfigError("advise takes --straggler RANK:FACTOR")
+    return parsed.rank, parsed.factor
+
+
+def only_these(cands: list[Candidate], only: str | None) -> list[Candidate]:
+    """The candidates ``--only`` names, and the ring (speedups are over it) (pure)."""
+    if not only:
+        return cands
+    wanted = {w.strip() for w in split_specs(only)} | {"ring"}
+    unknown = wanted - {c.label for c in cands}
+    if unknown:
+        raise ConfigError(f"--only: no candidate {sorted(unknown)[0]!r} (known: "
+                          f"{', '.join(c.label for c in cands)})")
+    return [c for c in cands if c.label in wanted]
+
+
 def run_advise(workload: str | None, model_target: str | None, workers: int, bandwidth: str,
                accelerator: str | None, batch_size: int | None, straggler: str | None,
                methods: str, verify_top: int, steps: int,
                progress: Callable[[str], None] = print, only: str | None = None,
                constants: Constants | None = None, measure: bool = False,
                host_speedup: float | None = None, compute_ms: float = 0.0,
-               repeats: int = 1) -> dict[str, Any]:
+               repeats: int = 1, core_bound: bool = True) -> dict[str, Any]:
     """The ``advise`` result for one job (with ``verify`` after ``--verify N``); the cost
-    model's ``constants`` are the reference machine's unless given, or measured here."""
+    model's ``constants`` are the reference machine's unless given, or measured here.
+    ``core_bound``: a trainable job whose workers share this machine's cores is run on
+    loopback for each candidate, whose step there bounds its prediction
+    (:func:`_core_floors`)."""
     link_bps = parse_rate(bandwidth)
     Cluster(workers, link_bps)  # bad numbers fail now, not after minutes of measuring
     user = check_job(workload, model_target)
     if host_speedup is not None and verify_top:
         raise ConfigError("--verify runs on this machine's CPU: drop --host-speedup")
-    lag = None
-    if straggler:
-        from dlcomm.train.hetero import parse_straggler
-        parsed = parse_straggler(straggler)
-        if parsed.rank is None:
-            raise ConfigError("advise takes --straggler RANK:FACTOR")
-        lag = (parsed.rank, parsed.factor)
+    lag = _straggler(straggler)
     catalog = workload is not None and parse_spec(workload).name in MODELS
     if not compute_ms >= 0:
         raise ConfigError(f"--compute-ms must be >= 0, got {compute_ms}")
@@ -220,13 +240,11 @@ def run_advise(workload: str | None, model_target: str | None, workers: int, ban
     if lag is not None:
         cands += _protocols(profile, kind, cluster, k, workload, bandwidth, batch_size,
                             compute_ms, progress)
-    if only:
-        wanted = {w.strip() for w in split_specs(only)} | {"ring"}  # speedups need the ring
-        unknown = wanted - {c.label for c in cands}
-        if unknown:
-            raise ConfigError(f"--only: no candidate {sorted(unknown)[0]!r} (known: "
-                              f"{', '.join(c.label for c in cands)})")
-        cands = [c for c in cands if c.label in wanted]
+    cands = only_these(cands, only)
+    if core_bound and kind == "trainable" and shared:
+        assert workload is not None
+        cands = _core_floors(cands, workload, workers, batch_size, compute_ms, straggler,
+                             progress)
     job = {"workload": workload, "model": model_target, "kind": kind, "workers": workers,
            "bandwidth": bandwidth, "accelerator": profile.accelerator,
            "batch_size": profile.batch, "straggler": straggler, "host_speedup": host_speedup,
@@ -243,12 +261,13 @@ def run_advise(workload: str | None, model_target: str | None, workers: int, ban
     return result
 
 
-def _train_args(workload: str, workers: int, bandwidth: str, batch_size: int | None,
+def _train_args(workload: str, workers: int, bandwidth: str | None, batch_size: int | None,
                 compute_ms: float) -> list[str]:
     """``dlcomm train``'s options for this job as ``--verify`` runs it: on the emulated
-    network at the job's rate when run as root, else on loopback."""
+    network at the job's rate when run as root, else (or with no ``bandwidth``) on
+    loopback."""
     args = ["--workload", workload, "--workers", str(workers)]
-    if os.geteuid() == 0:
+    if bandwidth is not None and os.geteuid() == 0:
         args += ["--network", "emulated", "--bandwidth", bandwidth]
     if batch_size:
         args += ["--batch-size", str(batch_size)]
@@ -258,14 +277,38 @@ def _train_args(workload: str, workers: int, bandwidth: str, batch_size: int | N
 
 
 PROTOCOL_STEPS = 24  # a homogeneous run per decentralized protocol (the first fifth warms up)
+FLOOR_STEPS = 30  # a run per candidate on loopback, for the cores' bound (a fifth warms up)
+FLOOR_RUNS = 2    # ... in turning order; one run in four or five here is a slow one
+
+
+def _core_floors(cands: list[Candidate], workload: str, workers: int,
+                 batch_size: int | None, compute_ms: float, straggler: str | None,
+                 progress: Callable[[str], None]) -> list[Candidate]:
+    """Each candidate with its step measured on loopback (``Candidate.floor_s``): the
+    faster of ``FLOOR_RUNS`` short ``dlcomm train`` runs of the job as ``--verify`` runs
+    it, straggler included, but with links that cost nothing. Where more workers than
+    cores share this machine, a step is bound by all the CPU its processes spend
+    (compute, the exchange's copies, compression, waking each other), which the
+    per-bucket model does not see; no link rate makes it shorter
+    (:func:`~dlcomm.advise.run.bounded_by_cores`)."""
+    args = _train_args(workload, workers, None, batch_size, compute_ms)  # loopback
+    if straggler:
+        args += ["--straggler", straggler]
+    rows = [{"candidate": c.label, "exchange": c.exchange, "method": c.method,
+             "sync": c.sync} for c in cands]
+    runs = verify_trainable(args, rows, FLOOR_STEPS, FLOOR_STEPS // 5, progress,
+                            doing="measuring the cores' bound of", repeats=FLOOR_RUNS)
+    # a slow spell of a shared machine only ever adds time: the bound is the faster run
+    return [replace(c, floor_s=min(runs[c.label])) for c in cands]
 
 
 def _protocols(profile: JobProfile, kind: str, cluster: Cluster, k: Constants,
                workload: str | None, bandwidth: str, batch_size: int | None,
                compute_ms: float, progress: Callable[[str], None]) -> list[Candidate]:
     """hop and prague (a job of at least ``PRAGUE_GROUP`` workers) over the ring; for a
-    trainable workload each protocol's CPU per iteration is measured in one homogeneous
-    run here (no straggler), as ``--verify`` runs it, and inverted through the cost model
+    trainable workload each protocol's CPU per iteration is measured in homogeneous runs
+    here (no straggler; the faster of ``FLOOR_RUNS``), as ``--verify`` runs it, and
+    inverted through the cost model
     (:func:`~dlcomm.advise.cost.protocol_cpu_s`); otherwise it is modelled from the
     ring's constants."""
     # prague's groups are of PRAGUE_GROUP workers: a smaller job cannot run it
@@ -274,9 +317,11 @@ def _protocols(profile: JobProfile, kind: str, cluster: Cluster, k: Constants,
         return [Candidate("ring", sync=s) for s in syncs]
     assert workload is not None
     rows = [{"candidate": s, "exchange": "ring", "sync": s} for s in syncs]
-    measured = medians(verify_trainable(
+    runs = verify_trainable(
         _train_args(workload, cluster.workers, bandwidth, batch_size, compute_ms), rows,
-        PROTOCOL_STEPS, max(3, PROTOCOL_STEPS // 5), progress, doing="measuring --sync"))
+        PROTOCOL_STEPS, max(3, PROTOCOL_STEPS // 5), progress, doing="measuring --sync",
+        repeats=FLOOR_RUNS)
+    measured = {label: min(times) for label, times in runs.items()}  # as _core_floors
     return [Candidate("ring", sync=s,
                       iteration_cpu_s=protocol_cpu_s(measured[s], profile, s, cluster, k))
             for s in syncs]

@@ -33,8 +33,8 @@ from dlcomm.advise.cost import (
 from dlcomm.advise.profile import JobProfile
 from dlcomm.results import new_result
 
-__all__ = ["rank", "sweep", "advise_result", "KNOWN_ERROR", "straggler_clusters",
-           "machine_factor", "known_error", "ring_fixed_share"]
+__all__ = ["rank", "bounded_by_cores", "sweep", "advise_result", "KNOWN_ERROR",
+           "straggler_clusters", "machine_factor", "known_error", "ring_fixed_share"]
 
 KNOWN_ERROR = 0.10  # relative error of predicted iteration times (docs/advise.md)
 # The verified jobs whose workers shared this machine's cores and whose ring was mostly
@@ -72,13 +72,25 @@ def machine_factor(workers: int, cores: int | None = None) -> float:
     return max(1.0, workers * threads / cores)
 
 
+def bounded_by_cores(pred: Prediction, floor_s: float | None) -> Prediction:
+    """``pred``, or the candidate's step measured where the links cost nothing
+    (``Candidate.floor_s``: a short run on loopback, its workers sharing this machine's
+    cores) when that is longer: no link rate makes a step on those cores shorter than
+    the CPU it spends there (pure)."""
+    if floor_s is None or floor_s <= pred.iteration_s:
+        return pred
+    return replace(pred, iteration_s=floor_s, exposed_s=max(0.0, floor_s - pred.compute_s),
+                   limiter="cores", terms={**pred.terms, "cores": floor_s})
+
+
 def rank(profile: JobProfile, cands: list[Candidate], cluster: Cluster, k: Constants,
          straggler: tuple[int, float] | None = None) -> list[Prediction]:
     """Predictions for every candidate, fastest first."""
     bsp, decentralized = straggler_clusters(profile, cluster, straggler)
     out = []
     for cand in cands:
-        out.append(predict(profile, cand, bsp if cand.sync == "bsp" else decentralized, k))
+        pred = predict(profile, cand, bsp if cand.sync == "bsp" else decentralized, k)
+        out.append(bounded_by_cores(pred, cand.floor_s))
     return sorted(out, key=lambda p: p.iteration_s)
 
 
@@ -109,14 +121,16 @@ def ring_fixed_share(profile: JobProfile, cluster: Cluster, k: Constants) -> flo
 
 
 def known_error(profile: JobProfile, cluster: Cluster, k: Constants,
-                fitted: float | None = None) -> tuple[float, str]:
+                fitted: float | None = None, bounded: bool = False) -> tuple[float, str]:
     """The error the confidence allows the predictions, and why (pure): the model's on its
     verified jobs; a measured calibration's worst fit where larger; and where the workers
-    share this machine's cores and the ring is latency-bound, what such jobs missed by."""
+    share this machine's cores and the ring is latency-bound, what such jobs missed by,
+    unless the steps on those cores were measured (``bounded``: the ring's wait inside
+    training is then in its loopback step, :func:`bounded_by_cores`)."""
     error, why = KNOWN_ERROR, "the model's error on its verified jobs"
     if fitted is not None and fitted > error:
         error, why = fitted, "the calibration's worst fit"
-    if cluster.compute_factor > 1 and SHARED_RING_ERROR > error and \
+    if cluster.compute_factor > 1 and not bounded and SHARED_RING_ERROR > error and \
             ring_fixed_share(profile, cluster, k) > FIXED_BOUND:
         error, why = SHARED_RING_ERROR, ("workers sharing this machine's cores, a ring of "
                                          "mostly fixed costs")
@@ -158,7 +172,7 @@ def advise_result(profile: JobProfile, cands: list[Candidate], cluster: Cluster,
                              "method": c.method, "ratio": c.ratio,
                              "compress_gbps": None if math.isinf(c.compress_bps)
                              else c.compress_bps / 1e9, "sync": c.sync,
-                             "iteration_cpu_s": c.iteration_cpu_s,
+                             "iteration_cpu_s": c.iteration_cpu_s, "floor_s": c.floor_s,
                              "sizes": [{"elements": n, "ratio": r, "compress_gbps": b / 1e9}
                                        for n, r, b in c.sizes]} for c in cands]
     result["predictions"] = rows
@@ -166,5 +180,7 @@ def advise_result(profile: JobProfile, cands: list[Candidate], cluster: Cluster,
     result["summary"] = {"recommendation": rows[0]["candidate"],
                          "predicted_speedup_over_ring": rows[0]["speedup_over_ring"],
                          "confidence": _confidence(
-                             preds, known_error(profile, cluster, k, fit_error))}
+                             preds, known_error(profile, cluster, k, fit_error,
+                                                bounded=any(c.floor_s for c in cands
+                                                            if c.label == "ring")))}
     return result
