@@ -124,6 +124,10 @@ def test_compression_trades_bytes_for_cpu():
     assert t == pytest.approx(3 * K.ring_alpha_s + 3 * 8 * 0.02 * MB / (1e8 * K.ring_efficiency)
                               + 8 * MB / 1e12
                               + K.round_s)
+    # an all-gather's first round (the sizes) pays the gather's n - 1 messages again, not
+    # a ring all-reduce's 2(n - 1)
+    sized, _ = bucket_time(MB, replace(gathered, rounds=2), job(), c, K)
+    assert sized - t == pytest.approx(3 * K.ring_alpha_s + K.round_s)
 
 
 def test_a_bucket_is_priced_at_the_rate_and_ratio_measured_nearest_its_size():

@@ -287,8 +287,8 @@ def bucket_time(nbytes: float, cand: Candidate, profile: JobProfile, c: Cluster,
     else:
         raise ConfigError(f"no cost model for exchange {cand.exchange!r}")
     if cand.rounds > 1:  # each further round pays the inner exchange's fixed cost again
-        fixed = c.cpu_factor * k.switch_overhead_s \
-            if cand.exchange == "switch" and cand.summable else ring_fixed_s(c, k)
+        fixed = c.cpu_factor * k.switch_overhead_s if cand.exchange == "switch" and \
+            cand.summable else ring_fixed_s(c, k) if cand.summable else _gather_time(0, c, k)[0]
         t += (cand.rounds - 1) * fixed
     for name, value in extra.items():
         terms = {**terms, name: terms.get(name, 0.0) + value}
