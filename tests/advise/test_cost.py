@@ -180,8 +180,10 @@ def test_a_step_measured_on_shared_cores_bounds_its_prediction():
     assert preds["ring"].iteration_s == model["ring"] and preds["ring"].limiter != "cores"
     sw = preds["switch"]
     assert sw.iteration_s == 2 * model["ring"] and sw.limiter == "cores"
-    assert sw.terms["cores"] == sw.iteration_s and sw.compute_s == free[0].compute_s
-    assert sw.exposed_s == pytest.approx(sw.iteration_s - sw.compute_s)
+    unbound = next(p for p in free if p.candidate == "switch")
+    assert sw.terms["cores"] == sw.iteration_s and sw.compute_s == unbound.compute_s
+    # the step's excess over the model is the cores' contention, not exposed communication
+    assert sw.exposed_s == unbound.exposed_s and sw.exposed_share < unbound.exposed_share
     assert [p.candidate for p in rank(job(), cands, c, K)] == ["ring", "switch"]
     # no faster link makes it faster: at 100 Gbit/s the bound still holds (the ring takes
     # at most its 1 Gbit/s time there), where slow links price both by their bytes
@@ -341,9 +343,13 @@ def test_the_known_error_widens_where_a_latency_bound_ring_shares_the_cores():
     assert known_error(small, shared_slow, K)[0] == KNOWN_ERROR
     # the ring's step on those cores measured: its waits inside training are in it
     assert known_error(small, shared_fast, K, bounded=True)[0] == KNOWN_ERROR
-    bounded = advise_result(small, [Candidate("ring", floor_s=0.01), Candidate("switch")],
+    bounded = advise_result(small, [Candidate("ring", floor_s=1.0), Candidate("switch")],
                             shared_fast, K, {"workload": "toy"})["summary"]["confidence"]
     assert bounded["known_error"] == KNOWN_ERROR
+    # a loopback step below the ring's modelled one bounds nothing: the model's error stands
+    below = advise_result(small, [Candidate("ring", floor_s=1e-6), Candidate("switch")],
+                          shared_fast, K, {"workload": "toy"})["summary"]["confidence"]
+    assert below["known_error"] == SHARED_RING_ERROR
     assert known_error(small, own_cores, K)[0] == KNOWN_ERROR  # no sharing: the model's
     # a calibration's worst fit widens it where larger, and is kept where it is the larger
     assert known_error(small, own_cores, K, fitted=0.2) == (0.2, "the calibration's worst fit")

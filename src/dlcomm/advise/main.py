@@ -278,7 +278,7 @@ def _train_args(workload: str, workers: int, bandwidth: str | None, batch_size: 
 
 PROTOCOL_STEPS = 24  # a homogeneous run per decentralized protocol (the first fifth warms up)
 FLOOR_STEPS = 30  # a run per candidate on loopback, for the cores' bound (a fifth warms up)
-FLOOR_RUNS = 2    # ... in turning order; one run in four or five here is a slow one
+FLOOR_RUNS = 2    # ... in turning order: a slow run only ever adds time
 
 
 def _core_floors(cands: list[Candidate], workload: str, workers: int,

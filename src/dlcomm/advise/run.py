@@ -76,11 +76,12 @@ def bounded_by_cores(pred: Prediction, floor_s: float | None) -> Prediction:
     """``pred``, or the candidate's step measured where the links cost nothing
     (``Candidate.floor_s``: a short run on loopback, its workers sharing this machine's
     cores) when that is longer: no link rate makes a step on those cores shorter than
-    the CPU it spends there (pure)."""
+    the CPU it spends there. The exposed communication stays the model's: the rest of the
+    step is the cores' contention, not the network (pure)."""
     if floor_s is None or floor_s <= pred.iteration_s:
         return pred
-    return replace(pred, iteration_s=floor_s, exposed_s=max(0.0, floor_s - pred.compute_s),
-                   limiter="cores", terms={**pred.terms, "cores": floor_s})
+    return replace(pred, iteration_s=floor_s, limiter="cores",
+                   terms={**pred.terms, "cores": floor_s})
 
 
 def rank(profile: JobProfile, cands: list[Candidate], cluster: Cluster, k: Constants,
@@ -125,8 +126,8 @@ def known_error(profile: JobProfile, cluster: Cluster, k: Constants,
     """The error the confidence allows the predictions, and why (pure): the model's on its
     verified jobs; a measured calibration's worst fit where larger; and where the workers
     share this machine's cores and the ring is latency-bound, what such jobs missed by,
-    unless the steps on those cores were measured (``bounded``: the ring's wait inside
-    training is then in its loopback step, :func:`bounded_by_cores`)."""
+    unless the ring's step on those cores was measured and bounds it (``bounded``: its
+    waits inside training are then in its loopback step, :func:`bounded_by_cores`)."""
     error, why = KNOWN_ERROR, "the model's error on its verified jobs"
     if fitted is not None and fitted > error:
         error, why = fitted, "the calibration's worst fit"
@@ -156,7 +157,8 @@ def advise_result(profile: JobProfile, cands: list[Candidate], cluster: Cluster,
     calibration's, widens the confidence's known error when it is larger
     (:func:`known_error`)."""
     preds = rank(profile, cands, cluster, k, straggler)
-    ring = next(p for p in preds if p.candidate == "ring").iteration_s
+    ring_p = next(p for p in preds if p.candidate == "ring")
+    ring, ring_bounded = ring_p.iteration_s, ring_p.limiter == "cores"
     rows = [{"candidate": p.candidate, "iteration_s": p.iteration_s,
              "speedup_over_ring": ring / p.iteration_s, "compute_s": p.compute_s,
              "comm_s": p.comm_s, "exposed_share": p.exposed_share, "limiter": p.limiter,
@@ -181,6 +183,5 @@ def advise_result(profile: JobProfile, cands: list[Candidate], cluster: Cluster,
                          "predicted_speedup_over_ring": rows[0]["speedup_over_ring"],
                          "confidence": _confidence(
                              preds, known_error(profile, cluster, k, fit_error,
-                                                bounded=any(c.floor_s for c in cands
-                                                            if c.label == "ring")))}
+                                                bounded=ring_bounded))}
     return result
