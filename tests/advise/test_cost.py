@@ -14,7 +14,6 @@ from dlcomm.advise.cost import (
     switch_link_efficiency,
     sync_costs,
     tcp_link_efficiency,
-    timeline,
 )
 from dlcomm.advise.profile import JobProfile
 from dlcomm.advise.run import (
@@ -31,6 +30,7 @@ from dlcomm.advise.run import (
 from dlcomm.advise.verify import median_step_time, run_order, score, train_args_for
 from dlcomm.errors import ConfigError
 from dlcomm.exchange.switch.exchange import auto_sparse_below
+from dlcomm.timeline import finish_time
 from dlcomm.workloads.catalog.compute import Bucket
 
 K = Constants()
@@ -45,9 +45,9 @@ def job(compute_s=0.01, sizes=(4 * MB,), density=1.0):
 
 
 def test_timeline_waits_for_readiness_and_the_previous_bucket():
-    assert timeline([0.0, 0.0], [1.0, 1.0]) == 2.0
-    assert timeline([0.0, 5.0], [1.0, 1.0]) == 6.0
-    assert timeline([2.0, 2.5], [1.0, 1.0]) == 4.0
+    assert finish_time([0.0, 0.0], [1.0, 1.0]) == 2.0
+    assert finish_time([0.0, 5.0], [1.0, 1.0]) == 6.0
+    assert finish_time([2.0, 2.5], [1.0, 1.0]) == 4.0
 
 
 def test_ring_and_switch_follow_their_byte_counts():

@@ -154,16 +154,6 @@ def test_negative_zeros_in_absent_blocks_come_back_as_dense_mode_gives_them():
     assert res.outputs[0].tobytes() == dense.outputs[0].tobytes()
 
 
-def test_block_density_estimate():
-    from dlcomm.wire.sparse import block_density
-    x = np.zeros(256 * 1000, np.float32)
-    x[::256 * 4] = -1.0                           # every 4th block holds a value
-    assert block_density(x, 256) == 0.25
-    assert abs(block_density(x, 256, every=8) - 1.0) < 1e-9   # the sample hits only those
-    assert abs(block_density(x, 256, every=3) - 0.25) < 0.01
-    assert block_density(np.array([0.0, np.nan], np.float32), 4) == 1.0
-
-
 def test_present_blocks_tell_values_from_signed_zeros():
     x = np.array([0.0, 0.0, -0.0, 0.0, 0.0, 1e-45, np.nan, 0.0, -2.0, -0.0, 0.0, -0.0],
                  np.float32)

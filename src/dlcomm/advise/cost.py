@@ -2,8 +2,8 @@
 
 An iteration is forward, then backward, during which DDP hands over each gradient bucket
 as it fills; buckets are reduced one after another, each starting when it is ready and
-the previous one is done (:func:`timeline`); the optimizer runs when backward and the last
-bucket are done. One bucket of ``S`` bytes on ``n`` workers with links of ``B`` bit/s:
+the previous one is done (``dlcomm.timeline.finish_time``); the optimizer runs when
+backward and the last bucket are done. A bucket of ``S`` bytes, ``n`` workers, ``B`` bit/s:
 
 =================  ==========================================================  ==========
 candidate          time                                                         limited by
@@ -52,7 +52,7 @@ from dlcomm.timeline import finish_time
 from dlcomm.volume import ring_allreduce_factor
 
 __all__ = ["Constants", "Cluster", "Candidate", "Prediction", "bucket_time", "predict",
-           "sync_costs", "protocol_cpu_s", "timeline", "load_constants", "HOP_DEGREE",
+           "sync_costs", "protocol_cpu_s", "load_constants", "HOP_DEGREE", "gather_fixed_s",
            "PRAGUE_GROUP", "ring_fixed_s", "ring_messages", "ring_bits",
            "tcp_link_efficiency", "switch_link_efficiency", "EMULATED_MTU"]
 
@@ -255,10 +255,21 @@ def _ring_time(nbytes: float, c: Cluster, k: Constants) -> tuple[float, dict[str
     return ring_fixed_s(c, k) + max(terms.values()), terms
 
 
+def gather_fixed_s(c: Cluster, k: Constants) -> float:
+    """One all-gather's fixed cost on ``c``: n-1 messages in a row, alpha each."""
+    return (c.workers - 1) * c.cpu_factor * k.ring_alpha_s
+
+
 def _gather_time(nbytes: float, c: Cluster, k: Constants) -> tuple[float, dict[str, float]]:
-    n = c.workers
-    links = (n - 1) * 8 * nbytes / (c.link_bps * k.ring_efficiency)
-    return (n - 1) * c.cpu_factor * k.ring_alpha_s + links, {"links": links}
+    links = (c.workers - 1) * 8 * nbytes / (c.link_bps * k.ring_efficiency)
+    return gather_fixed_s(c, k) + links, {"links": links}
+
+
+def _inner_fixed_s(cand: Candidate, c: Cluster, k: Constants) -> float:
+    """The fixed cost of one collective of ``cand``'s inner exchange."""
+    if not cand.summable:
+        return gather_fixed_s(c, k)
+    return c.cpu_factor * k.switch_overhead_s if cand.exchange == "switch" else ring_fixed_s(c, k)
 
 
 def bucket_time(nbytes: float, cand: Candidate, profile: JobProfile, c: Cluster,
@@ -286,10 +297,7 @@ def bucket_time(nbytes: float, cand: Candidate, profile: JobProfile, c: Cluster,
                                 if sparse else None)
     else:
         raise ConfigError(f"no cost model for exchange {cand.exchange!r}")
-    if cand.rounds > 1:  # each further round pays the inner exchange's fixed cost again
-        fixed = c.cpu_factor * k.switch_overhead_s if cand.exchange == "switch" and \
-            cand.summable else ring_fixed_s(c, k) if cand.summable else _gather_time(0, c, k)[0]
-        t += (cand.rounds - 1) * fixed
+    t += (cand.rounds - 1) * _inner_fixed_s(cand, c, k)  # each further round pays it again
     for name, value in extra.items():
         terms = {**terms, name: terms.get(name, 0.0) + value}
     return t + sum(extra.values()), terms
@@ -367,12 +375,6 @@ def _decentralized(profile: JobProfile, cand: Candidate, c: Cluster, k: Constant
     return Prediction(cand.label, iteration, compute, beyond, beyond, limiter, terms)
 
 
-def timeline(ready: list[float], durations: list[float]) -> float:
-    """When the last bucket is done: each starts at max(its ready time, the previous end)
-    (the pipeline ``--compress adaptive`` prices its choices with, too)."""
-    return finish_time(ready, durations)
-
-
 def predict(profile: JobProfile, cand: Candidate, c: Cluster, k: Constants) -> Prediction:
     """One iteration of ``profile`` on ``c`` through ``cand``."""
     if cand.sync != "bsp":
@@ -388,7 +390,8 @@ def predict(profile: JobProfile, cand: Candidate, c: Cluster, k: Constants) -> P
         times.append(t)
         for name, value in terms.items():
             totals[name] += value
-    done = timeline([fwd + b.ready_s * f for b in profile.buckets], times)
+    # each bucket starts at max(its ready time, the previous end), as adaptive prices too
+    done = finish_time([fwd + b.ready_s * f for b in profile.buckets], times)
     iteration = max(fwd + bwd, done) + opt
     exposed = iteration - compute
     limiter = "compute" if exposed <= 0.1 * iteration else \

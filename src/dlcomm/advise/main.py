@@ -281,6 +281,15 @@ FLOOR_STEPS = 30  # a run per candidate on loopback, for the cores' bound (a fif
 FLOOR_RUNS = 2    # ... in turning order: a slow run only ever adds time
 
 
+def _fastest(args: list[str], rows: list[dict[str, Any]], steps: int,
+             progress: Callable[[str], None], doing: str) -> dict[str, float]:
+    """Each row's median step (s) in the faster of ``FLOOR_RUNS`` ``dlcomm train`` runs
+    (``args``), in turning order: a slow spell of a shared machine only ever adds time."""
+    runs = verify_trainable(args, rows, steps, max(3, steps // 5), progress, doing=doing,
+                            repeats=FLOOR_RUNS)
+    return {label: min(times) for label, times in runs.items()}
+
+
 def _core_floors(cands: list[Candidate], workload: str, workers: int,
                  batch_size: int | None, compute_ms: float, straggler: str | None,
                  progress: Callable[[str], None]) -> list[Candidate]:
@@ -296,10 +305,8 @@ def _core_floors(cands: list[Candidate], workload: str, workers: int,
         args += ["--straggler", straggler]
     rows = [{"candidate": c.label, "exchange": c.exchange, "method": c.method,
              "sync": c.sync} for c in cands]
-    runs = verify_trainable(args, rows, FLOOR_STEPS, FLOOR_STEPS // 5, progress,
-                            doing="measuring the cores' bound of", repeats=FLOOR_RUNS)
-    # a slow spell of a shared machine only ever adds time: the bound is the faster run
-    return [replace(c, floor_s=min(runs[c.label])) for c in cands]
+    floors = _fastest(args, rows, FLOOR_STEPS, progress, "measuring the cores' bound of")
+    return [replace(c, floor_s=floors[c.label]) for c in cands]
 
 
 def _protocols(profile: JobProfile, kind: str, cluster: Cluster, k: Constants,
@@ -317,11 +324,9 @@ def _protocols(profile: JobProfile, kind: str, cluster: Cluster, k: Constants,
         return [Candidate("ring", sync=s) for s in syncs]
     assert workload is not None
     rows = [{"candidate": s, "exchange": "ring", "sync": s} for s in syncs]
-    runs = verify_trainable(
-        _train_args(workload, cluster.workers, bandwidth, batch_size, compute_ms), rows,
-        PROTOCOL_STEPS, max(3, PROTOCOL_STEPS // 5), progress, doing="measuring --sync",
-        repeats=FLOOR_RUNS)
-    measured = {label: min(times) for label, times in runs.items()}  # as _core_floors
+    measured = _fastest(_train_args(workload, cluster.workers, bandwidth, batch_size,
+                                    compute_ms), rows, PROTOCOL_STEPS, progress,
+                        "measuring --sync")
     return [Candidate("ring", sync=s,
                       iteration_cpu_s=protocol_cpu_s(measured[s], profile, s, cluster, k))
             for s in syncs]

@@ -41,10 +41,9 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Blocks", "Presence", "presence", "block_peaks", "block_density", "present_blocks",
-           "zero_absent_blocks",
-           "encode", "decode", "mask_words", "data_width", "RESULT_WIDTH", "LOOKAHEAD",
-           "signed32", "pack_masks", "unpack_masks", "popcount"]
+__all__ = ["Blocks", "Presence", "presence", "block_peaks", "present_blocks",
+           "zero_absent_blocks", "encode", "decode", "mask_words", "data_width", "RESULT_WIDTH",
+           "LOOKAHEAD", "signed32", "pack_masks", "unpack_masks", "popcount"]
 
 RESULT_WIDTH = 2
 LOOKAHEAD = 64  # next non-zero groups a worker announces per slot
@@ -187,20 +186,6 @@ def present_blocks(x: np.ndarray, b: int) -> tuple[np.ndarray, np.ndarray]:
         present = np.append(present, here)
         negative_zero = np.append(negative_zero, not here and bool(np.signbit(tail).any()))
     return present, negative_zero
-
-
-def block_density(x: np.ndarray, b: int, every: int = 1) -> float:
-    """Fraction of blocks of ``b`` elements holding a value other than +-0 (NaN counts),
-    estimated from every ``every``-th block (a deterministic sample: workers that hold the
-    same data get the same answer)."""
-    import torch
-
-    full = len(x) // b
-    if full == 0:
-        return float(bool(np.any(x != 0))) if len(x) else 0.0
-    rows = torch.from_numpy(x[: full * b]).view(full, b)[::every]
-    present = torch.maximum(rows.amax(dim=1), rows.amin(dim=1).neg_()) != 0
-    return float(present.float().mean())
 
 
 def zero_absent_blocks(x: np.ndarray, present: np.ndarray, b: int) -> None:

@@ -398,7 +398,8 @@ static int lay_out(dlc_client *c, size_t pkt) {
 
 /* Dense ops from now on count the blocks of `block` elements of their result that hold a
  * value other than +-0 (NaN counts), as they come in, for dlc_client_union_blocks (auto's
- * density, wire/sparse.block_density); 0: no count. -2 if block does not divide k. */
+ * density; wire/sparse.py's present_blocks, counted); 0: no count. -2 if block does not
+ * divide k. */
 int dlc_client_count_blocks(dlc_client *c, int block) {
     if (block < 0 || (block && c->k % block)) return -2;
     c->count_block = block;
