@@ -143,6 +143,20 @@ def test_workers_on_shared_cores_are_bounded_by_a_loopback_run(job_tmp):
                for p in doc["predictions"])
 
 
+@pytest.mark.skipif(machine_factor(4) <= 1, reason="4 workers have a core each here")
+def test_no_core_bound_leaves_the_model_unbounded(job_tmp):
+    res = advise(job_tmp, "--workload", "digits-cnn", "--workers", "4", "--bandwidth",
+                 "100gbit", "--methods", "fp16", "--only", "ring", "--no-core-bound",
+                 "--json", "n.json")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "cores' bound" not in res.stderr
+    doc = json.loads((job_tmp / "n.json").read_text())
+    validate_result(doc)
+    assert doc["candidates"] and all(c["floor_s"] is None for c in doc["candidates"])
+    assert all(p["limiter"] != "cores" and "cores" not in p["terms_s"]
+               for p in doc["predictions"])
+
+
 @pytest.mark.slow
 def test_measure_fits_this_machine(job_tmp):
     res = advise(job_tmp, "--workload", "resnet50", "--workers", "2", "--bandwidth", "1gbit",
