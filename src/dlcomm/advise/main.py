@@ -278,15 +278,15 @@ def _train_args(workload: str, workers: int, bandwidth: str | None, batch_size: 
 
 PROTOCOL_STEPS = 24  # a homogeneous run per decentralized protocol (the first fifth warms up)
 FLOOR_STEPS = 30  # a run per candidate on loopback, for the cores' bound (a fifth warms up)
-FLOOR_RUNS = 2    # ... in turning order: a slow run only ever adds time
+FASTEST_OF = 2    # runs per measurement, in turning order: the faster counts
 
 
 def _fastest(args: list[str], rows: list[dict[str, Any]], steps: int,
              progress: Callable[[str], None], doing: str) -> dict[str, float]:
-    """Each row's median step (s) in the faster of ``FLOOR_RUNS`` ``dlcomm train`` runs
+    """Each row's median step (s) in the faster of ``FASTEST_OF`` ``dlcomm train`` runs
     (``args``), in turning order: a slow spell of a shared machine only ever adds time."""
     runs = verify_trainable(args, rows, steps, max(3, steps // 5), progress, doing=doing,
-                            repeats=FLOOR_RUNS)
+                            repeats=FASTEST_OF)
     return {label: min(times) for label, times in runs.items()}
 
 
@@ -294,7 +294,7 @@ def _core_floors(cands: list[Candidate], workload: str, workers: int,
                  batch_size: int | None, compute_ms: float, straggler: str | None,
                  progress: Callable[[str], None]) -> list[Candidate]:
     """Each candidate with its step measured on loopback (``Candidate.floor_s``): the
-    faster of ``FLOOR_RUNS`` short ``dlcomm train`` runs of the job as ``--verify`` runs
+    faster of ``FASTEST_OF`` short ``dlcomm train`` runs of the job as ``--verify`` runs
     it, straggler included, but with links that cost nothing. Where more workers than
     cores share this machine, a step is bound by all the CPU its processes spend
     (compute, the exchange's copies, compression, waking each other), which the
@@ -314,7 +314,7 @@ def _protocols(profile: JobProfile, kind: str, cluster: Cluster, k: Constants,
                compute_ms: float, progress: Callable[[str], None]) -> list[Candidate]:
     """hop and prague (a job of at least ``PRAGUE_GROUP`` workers) over the ring; for a
     trainable workload each protocol's CPU per iteration is measured in homogeneous runs
-    here (no straggler; the faster of ``FLOOR_RUNS``), as ``--verify`` runs it, and
+    here (no straggler; the faster of ``FASTEST_OF``), as ``--verify`` runs it, and
     inverted through the cost model
     (:func:`~dlcomm.advise.cost.protocol_cpu_s`); otherwise it is modelled from the
     ring's constants."""
